@@ -1,0 +1,239 @@
+"""Chunked, single-pass error metrics between two tensors, computed on the tensors' own device.
+
+Why chunked: a 1 GiB pair upcast to fp64 whole would allocate several GiB. Each chunk is upcast once,
+all accumulators are updated from it, and the scalars stay on the device until one final transfer.
+Definitions follow msprobe where they overlap (RE = |N-B| / (|B| + eps), cosine, max abs, max rel,
+one/five-thousandth ratios, ULP with eb = max(floor(log2|B|), min_eb), NaN/Inf at the same positions
+excluded), so Ascend users read familiar numbers.
+
+The accumulators and the derived metrics are registries (`ACCUMULATORS`, `METRICS`): adding a metric is
+one entry, not a new branch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+EPS = torch.finfo(torch.float64).eps
+DEFAULT_CHUNK_ELEMS = 1 << 22  # 4 Mi elements: ~32 MiB per fp64 temporary
+
+# Mantissa bits and minimum exponent for the ULP metric (msprobe's definition).
+ULP_FORMAT: dict[torch.dtype, tuple[int, int]] = {
+    torch.float16: (10, -14),
+    torch.bfloat16: (7, -126),
+    torch.float32: (23, -126),
+    torch.float64: (52, -1022),
+}
+
+# Devices on which fp64 is unavailable: accumulate in fp32 there.
+NO_FP64_DEVICE_TYPES = {"mps"}
+
+
+def accum_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type in NO_FP64_DEVICE_TYPES else torch.float64
+
+
+@dataclass
+class Chunk:
+    """One aligned chunk of (actual, expected) upcast, with the per-element quantities every metric needs."""
+
+    a: torch.Tensor          # actual, accumulation dtype
+    b: torch.Tensor          # expected, accumulation dtype
+    finite: torch.Tensor     # both finite
+    absdiff: torch.Tensor    # |a - b| where finite, else 0
+    babs: torch.Tensor       # |b| where finite, else 0
+    rel: torch.Tensor        # msprobe RE where finite, else 0
+    ulp: torch.Tensor        # ULP distance in `ulp_dtype` units where finite, else 0
+    small: torch.Tensor      # finite and |b| below the small-value threshold
+    nonfinite_mismatch: torch.Tensor  # NaN/+Inf/-Inf pattern differs
+    bits_equal: torch.Tensor | None  # raw bitwise equality (same dtype only)
+    rtol: float
+    atol: float
+    small_atol: float
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    combine: str  # "sum" or "max"
+    fn: Callable[[Chunk], torch.Tensor]
+
+
+ACCUMULATORS: dict[str, Accumulator] = {
+    "numel": Accumulator("sum", lambda c: torch.tensor(float(c.a.numel()), dtype=c.a.dtype, device=c.a.device)),
+    "n_finite": Accumulator("sum", lambda c: c.finite.sum(dtype=c.a.dtype)),
+    "a_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.a)).sum(dtype=c.a.dtype)),
+    "b_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.b)).sum(dtype=c.a.dtype)),
+    "b_nan": Accumulator("sum", lambda c: torch.isnan(c.b).sum(dtype=c.a.dtype)),
+    "nonfinite_mismatch": Accumulator("sum", lambda c: c.nonfinite_mismatch.sum(dtype=c.a.dtype)),
+    "sq_err": Accumulator("sum", lambda c: (c.absdiff * c.absdiff).sum()),
+    "max_abs": Accumulator("max", lambda c: c.absdiff.max() if c.absdiff.numel() else c.absdiff.new_zeros(())),
+    "max_rel": Accumulator("max", lambda c: c.rel.max() if c.rel.numel() else c.rel.new_zeros(())),
+    "sum_rel": Accumulator("sum", lambda c: c.rel.sum()),
+    "dot": Accumulator("sum", lambda c: (torch.where(c.finite, c.a, 0) * torch.where(c.finite, c.b, 0)).sum()),
+    "a_sq": Accumulator("sum", lambda c: torch.where(c.finite, c.a, 0).square().sum()),
+    "b_sq": Accumulator("sum", lambda c: torch.where(c.finite, c.b, 0).square().sum()),
+    "ulp_max": Accumulator("max", lambda c: c.ulp.max() if c.ulp.numel() else c.ulp.new_zeros(())),
+    "ulp_sum": Accumulator("sum", lambda c: c.ulp.sum()),
+    "ulp_gt1": Accumulator("sum", lambda c: (c.ulp > 1).sum(dtype=c.a.dtype)),
+    "small_n": Accumulator("sum", lambda c: c.small.sum(dtype=c.a.dtype)),
+    "small_err": Accumulator("sum", lambda c: (c.small & (c.absdiff > c.small_atol)).sum(dtype=c.a.dtype)),
+    "rel_lt_1e-3": Accumulator("sum", lambda c: (c.finite & (c.rel < 1e-3)).sum(dtype=c.a.dtype)),
+    "rel_lt_5e-3": Accumulator("sum", lambda c: (c.finite & (c.rel < 5e-3)).sum(dtype=c.a.dtype)),
+    "mismatches": Accumulator("sum", lambda c: ((c.finite & (c.absdiff > c.atol + c.rtol * c.babs))
+                                                 | c.nonfinite_mismatch).sum(dtype=c.a.dtype)),
+    "bits_equal": Accumulator("sum", lambda c: (c.bits_equal.sum(dtype=c.a.dtype) if c.bits_equal is not None
+                                                 else torch.tensor(-1.0, dtype=c.a.dtype, device=c.a.device))),
+}
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else 0.0
+
+
+def _cosine(acc: dict[str, float]) -> float:
+    den = math.sqrt(acc["a_sq"]) * math.sqrt(acc["b_sq"])
+    if den == 0:
+        return 1.0 if acc["a_sq"] == acc["b_sq"] else 0.0
+    return acc["dot"] / den
+
+
+# name -> (one-line definition, function of the reduced accumulators)
+METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
+    "rmse": ("sqrt(mean((N-B)^2)) over finite positions", lambda a: math.sqrt(_ratio(a["sq_err"], a["n_finite"]))),
+    "max_abs": ("max |N-B|", lambda a: a["max_abs"]),
+    "max_rel": ("max |N-B|/(|B|+eps) (msprobe MaxRelativeErr)", lambda a: a["max_rel"]),
+    "mean_rel": ("mean |N-B|/(|B|+eps)", lambda a: _ratio(a["sum_rel"], a["n_finite"])),
+    "cosine": ("sum(N*B)/(|N||B|) (msprobe Cosine)", _cosine),
+    "ulp_max": ("max ULP distance, msprobe eb=max(floor(log2|B|),min_eb)", lambda a: a["ulp_max"]),
+    "ulp_mean": ("mean ULP distance", lambda a: _ratio(a["ulp_sum"], a["n_finite"])),
+    "ulp_gt1_ratio": ("share of elements more than 1 ULP away", lambda a: _ratio(a["ulp_gt1"], a["n_finite"])),
+    "small_value_err_ratio": ("share of small |B| elements with |N-B| > small atol",
+                              lambda a: _ratio(a["small_err"], a["small_n"])),
+    "small_value_errors": ("count of small |B| elements with |N-B| > small atol", lambda a: a["small_err"]),
+    "one_thousandth_ratio": ("share with RE < 0.001 (msprobe)", lambda a: _ratio(a["rel_lt_1e-3"], a["n_finite"])),
+    "five_thousandth_ratio": ("share with RE < 0.005 (msprobe)", lambda a: _ratio(a["rel_lt_5e-3"], a["n_finite"])),
+    "mismatches": ("elements outside atol + rtol*|B|, NaN/Inf disagreements included", lambda a: a["mismatches"]),
+    "nonfinite_mismatches": ("positions where NaN/+Inf/-Inf differ", lambda a: a["nonfinite_mismatch"]),
+    "actual_nonfinite": ("NaN/Inf count in N", lambda a: a["a_nonfinite"]),
+    "expected_nonfinite": ("NaN/Inf count in B", lambda a: a["b_nonfinite"]),
+    "expected_nan": ("NaN count in B", lambda a: a["b_nan"]),
+    "numel": ("elements compared", lambda a: a["numel"]),
+    "bitwise_equal": ("elements with identical bits (same dtype only, else -1)", lambda a: a["bits_equal"]),
+}
+
+
+@dataclass
+class Metrics:
+    """Reduced metrics of one (actual, expected) pair. Access as attributes or via `.values`."""
+
+    values: dict[str, float]
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def all_bitwise_equal(self) -> bool:
+        return self.values["bitwise_equal"] == self.values["numel"]
+
+
+def _classify_nonfinite(x: torch.Tensor) -> torch.Tensor:
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
+    return (torch.isnan(x).to(torch.int8) + 2 * (x == math.inf).to(torch.int8) + 3 * (x == -math.inf).to(torch.int8))
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    int_view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return x.view(int_view[x.element_size()]) if x.is_floating_point() else x
+
+
+def iter_aligned_chunks(tensors: list[torch.Tensor], chunk_elems: int) -> Iterator[list[torch.Tensor]]:
+    """Yield equal-length flat chunks of same-shape tensors without flattening a non-contiguous whole."""
+    numel = tensors[0].numel()
+    if all(t.is_contiguous() for t in tensors) or tensors[0].dim() == 0:
+        flats = [t.reshape(-1) for t in tensors]
+        for start in range(0, numel, chunk_elems):
+            yield [f[start:start + chunk_elems] for f in flats]
+        return
+    rows = tensors[0].shape[0]
+    per_row = max(1, numel // max(rows, 1))
+    step = max(1, chunk_elems // per_row)
+    for start in range(0, rows, step):
+        yield [t[start:start + step].reshape(-1) for t in tensors]
+
+
+def make_chunk(a_raw: torch.Tensor, b_raw: torch.Tensor, *, ulp_dtype: torch.dtype, rtol: float, atol: float,
+               small_threshold: float, small_atol: float, acc: torch.dtype) -> Chunk:
+    b_raw = b_raw.to(a_raw.device)
+    bits_equal = (_bits(a_raw) == _bits(b_raw)) if a_raw.dtype == b_raw.dtype else None
+    a, b = a_raw.to(acc), b_raw.to(acc)
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
+    absdiff = (af - bf).abs()
+    babs = bf.abs()
+    rel = absdiff / (babs + EPS)
+    mant, min_eb = ULP_FORMAT.get(ulp_dtype, ULP_FORMAT[torch.float32])
+    eb = torch.clamp(torch.floor(torch.log2(torch.where(babs > 0, babs, 1.0))), min=min_eb)
+    eb = torch.where(babs > 0, eb, torch.full_like(eb, min_eb))
+    ulp = absdiff * torch.exp2(mant - eb)
+    return Chunk(a, b, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
+                 _classify_nonfinite(a) != _classify_nonfinite(b), bits_equal, rtol, atol, small_atol)
+
+
+def reduce_accumulators(partials: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Combine per-chunk accumulator scalars with one device->host transfer."""
+    names = list(ACCUMULATORS)
+    if not partials:
+        return {n: 0.0 for n in names}
+    stacked = torch.stack([torch.stack([p[n] for n in names]) for p in partials])  # chunks x accs
+    out = []
+    for i, n in enumerate(names):
+        col = stacked[:, i]
+        out.append(col.sum() if ACCUMULATORS[n].combine == "sum" else col.max())
+    values = torch.stack(out).cpu().tolist()
+    reduced = dict(zip(names, values))
+    if any(p["bits_equal"].item() < 0 for p in partials[:1]):
+        reduced["bits_equal"] = -1.0
+    return reduced
+
+
+def finalize(reduced: dict[str, float]) -> Metrics:
+    return Metrics({name: float(fn(reduced)) for name, (_, fn) in METRICS.items()})
+
+
+def pair_metrics(actual: torch.Tensor, expected: torch.Tensor, *, ulp_dtype: torch.dtype | None = None,
+                 rtol: float = 0.0, atol: float = 0.0, small_threshold: float = 2.0**-20,
+                 small_atol: float | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Metrics:
+    """Metrics of one pair (same shape). For several pairs over the same data use `multi_pair_metrics`."""
+    return multi_pair_metrics({"pair": (actual, expected)}, ulp_dtype=ulp_dtype or actual.dtype, rtol=rtol,
+                              atol=atol, small_threshold=small_threshold, small_atol=small_atol,
+                              chunk_elems=chunk_elems)["pair"]
+
+
+def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, ulp_dtype: torch.dtype,
+                       rtol: float, atol: float, small_threshold: float, small_atol: float | None = None,
+                       chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> dict[str, Metrics]:
+    """Metrics for several same-shape pairs in one walk over the data (each tensor chunk is read once)."""
+    tensors: list[torch.Tensor] = []
+    index: dict[int, int] = {}
+    for a, b in pairs.values():
+        for t in (a, b):
+            if id(t) not in index:
+                index[id(t)] = len(tensors)
+                tensors.append(t)
+    device = next(iter(pairs.values()))[0].device
+    acc = accum_dtype(device)
+    small_atol = atol if small_atol is None else small_atol
+    partials: dict[str, list[dict[str, torch.Tensor]]] = {k: [] for k in pairs}
+    with torch.no_grad():
+        for chunk in iter_aligned_chunks(tensors, chunk_elems):
+            for key, (a, b) in pairs.items():
+                c = make_chunk(chunk[index[id(a)]].to(device), chunk[index[id(b)]], ulp_dtype=ulp_dtype,
+                               rtol=rtol, atol=atol, small_threshold=small_threshold, small_atol=small_atol, acc=acc)
+                partials[key].append({n: e.fn(c).to(acc) for n, e in ACCUMULATORS.items()})
+    return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}

@@ -1,0 +1,106 @@
+"""The verdict: is the result (compiled, fused) not worse than the reference (eager) against the golden?
+
+Formula (per output; docs/verdict.md compares it with torch's `same(fp64_ref)` and msprobe):
+  1. identical bits to the reference                         -> PASS bitwise_equal
+  2. exact rule (int/bool dtype, or a pure data-movement graph) and any bit differs -> FAIL
+  3. NaN/Inf at positions where reference and golden agree but result does not     -> FAIL nan_inf_mismatch
+  4. every element within atol + rtol*|ref| of the reference (policy tolerance)    -> PASS within_tolerance
+  5. with a golden: for every registered ratio check,
+        err(result, golden) <= ratio * max(err(reference, golden), floor)
+     all hold -> PASS not_worse_than_eager, else FAIL worse_than_eager (each failed check is listed).
+     Without a golden, step 4 failing is FAIL outside_tolerance.
+A result closer to the golden than eager therefore passes even when most of its bits differ.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fusecheck.compare.metrics import Metrics
+from fusecheck.policy import Policy, Ratios, Tolerance
+
+
+class Status(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ERROR = "ERROR"   # cannot judge: bad input (empty, all-NaN golden, missing output)
+
+
+@dataclass
+class Verdict:
+    status: Status
+    code: str
+    message: str
+    failed_checks: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
+
+    def to_dict(self) -> dict:
+        return {"status": self.status.value, "code": self.code, "message": self.message,
+                "failed_checks": list(self.failed_checks)}
+
+
+@dataclass(frozen=True)
+class RatioCheck:
+    """err(result) <= ratio * max(err(reference), floor); `floor` keeps a near-zero eager error from
+    turning float noise into a failure."""
+
+    metric: str
+    ratio: Callable[[Ratios], float]
+    floor: Callable[[Tolerance, Metrics], float]
+
+
+RATIO_CHECKS: dict[str, RatioCheck] = {
+    # torch.same uses tol/10 as the RMSE floor; we do the same with the policy's atol.
+    "rmse": RatioCheck("rmse", lambda r: r.rmse, lambda t, m: t.atol / 10),
+    "mean_rel": RatioCheck("mean_rel", lambda r: r.mean_rel, lambda t, m: t.rtol / 10),
+    "max_rel": RatioCheck("max_rel", lambda r: r.max_rel, lambda t, m: t.rtol),
+    # one small-value element in error is always tolerated
+    "small_value_errors": RatioCheck("small_value_errors", lambda r: r.small_value, lambda t, m: 1.0),
+}
+
+
+def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_golden: Metrics | None,
+          tolerance: Tolerance, policy: Policy, exact: bool, exact_reason: str = "") -> Verdict:
+    n = int(vs_reference.numel)
+    if vs_reference.bitwise_equal == vs_reference.numel:
+        return Verdict(Status.PASS, "bitwise_equal", "bitwise equal to eager")
+    if exact or tolerance.exact:
+        differ = n - int(vs_reference.bitwise_equal) if vs_reference.bitwise_equal >= 0 else int(vs_reference.mismatches)
+        why = exact_reason or "integer/bool outputs must be exact"
+        return Verdict(Status.FAIL, "exact_mismatch", f"{differ} of {n} elements differ from eager; {why}")
+
+    if vs_reference.nonfinite_mismatches:
+        k = int(vs_reference.nonfinite_mismatches)
+        golden_sides_with_result = (vs_golden is not None and reference_vs_golden is not None
+                                    and vs_golden.nonfinite_mismatches == 0
+                                    and reference_vs_golden.nonfinite_mismatches > 0)
+        if not golden_sides_with_result:
+            where = ("compiled has NaN/Inf where eager has finite values" if vs_reference.actual_nonfinite
+                     > vs_reference.expected_nonfinite else "NaN/Inf positions of compiled and eager differ")
+            return Verdict(Status.FAIL, "nan_inf_mismatch", f"{where} ({k} positions)")
+
+    if vs_reference.mismatches == 0:
+        return Verdict(Status.PASS, "within_tolerance",
+                       f"within rtol={tolerance.rtol:g} atol={tolerance.atol:g} of eager")
+    if vs_golden is None or reference_vs_golden is None:
+        return Verdict(Status.FAIL, "outside_tolerance",
+                       f"{int(vs_reference.mismatches)} of {n} elements outside rtol={tolerance.rtol:g} "
+                       f"atol={tolerance.atol:g} of eager, and no golden to judge against")
+
+    failed = []
+    for name, check in RATIO_CHECKS.items():
+        ours, theirs = getattr(vs_golden, check.metric), getattr(reference_vs_golden, check.metric)
+        bound = check.ratio(policy.ratios) * max(theirs, check.floor(tolerance, reference_vs_golden))
+        if ours > bound:
+            failed.append(f"{name} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, "
+                          f"ratio {check.ratio(policy.ratios):g})")
+    if failed:
+        return Verdict(Status.FAIL, "worse_than_eager", "worse than eager against the golden: " + "; ".join(failed),
+                       failed)
+    return Verdict(Status.PASS, "not_worse_than_eager",
+                   f"{int(vs_reference.mismatches)} elements differ from eager beyond tolerance, but the error "
+                   f"against the golden is not worse than eager's (rmse {vs_golden.rmse:.3g} vs {reference_vs_golden.rmse:.3g})")
