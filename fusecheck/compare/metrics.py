@@ -237,3 +237,10 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
                                rtol=rtol, atol=atol, small_threshold=small_threshold, small_atol=small_atol, acc=acc)
                 partials[key].append({n: e.fn(c).to(acc) for n, e in ACCUMULATORS.items()})
     return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Number of elements with identical bits (NaN payloads included); -1 when dtypes or shapes differ."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return -1
+    return int((_bits(a) == _bits(b.to(a.device))).sum())
