@@ -106,11 +106,13 @@ def _judge_row(name: str, compiled: RunResult, compiled2: RunResult, eager: RunR
         both = compare(e2, e1, g, policy=policy, name=name)
         if both.vs_golden is not None:
             ref_g = _worst(both.vs_golden, both.reference_vs_golden)
+    # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
+    exact = exact and name.startswith("output")
     row = compare(c1, e1, g, policy=policy, exact=exact, name=name, reference_vs_golden=ref_g,
                   exact_reason="the captured graphs are pure data movement, which must be bitwise equal")
     if eager_noisy:
         row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
-    if isinstance(c2, torch.Tensor) and c2.shape == c1.shape and c2.dtype == c1.dtype:
+    if row.vs_reference is not None and isinstance(c2, torch.Tensor) and c2.shape == c1.shape and c2.dtype == c1.dtype:
         same = bitwise_equal(c1, c2)
         if same != c1.numel():
             msg = f"compiled output changed between two runs with the same inputs ({c1.numel() - same} elements)"
@@ -170,7 +172,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
         notes.append(f"{len(capture.graphs)} graphs captured (graph breaks)")
     exact = capture.movement_only
     if exact:
-        notes.append("every captured graph is pure data movement: outputs must be bitwise equal to eager")
+        notes.append("every captured graph is pure data movement: forward outputs must be bitwise equal to eager")
 
     t = time.perf_counter()
     rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, notes)

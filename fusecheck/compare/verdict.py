@@ -7,6 +7,8 @@ Formula (per output; docs/verdict.md compares it with torch's `same(fp64_ref)` a
   4. every element within atol + rtol*|ref| of the reference (policy tolerance)    -> PASS within_tolerance
   5. with a golden: for every registered ratio check,
         err(result, golden) <= ratio * max(err(reference, golden), floor)
+     (ratios from the policy: RMSE 2 (3 below 1000 elements, as torch.same), MeanRel 2, MaxRel 10,
+     small-value errors 2; floors atol/10, rtol/10, rtol and one element)
      all hold -> PASS not_worse_than_eager, else FAIL worse_than_eager (each failed check is listed).
      Without a golden, step 4 failing is FAIL outside_tolerance.
 A result closer to the golden than eager therefore passes even when most of its bits differ.
@@ -49,17 +51,18 @@ class RatioCheck:
     turning float noise into a failure."""
 
     metric: str
-    ratio: Callable[[Ratios], float]
+    ratio: Callable[[Ratios, float], float]  # (ratios, numel) -> allowed factor
     floor: Callable[[Tolerance, Metrics], float]
 
 
 RATIO_CHECKS: dict[str, RatioCheck] = {
     # torch.same uses tol/10 as the RMSE floor; we do the same with the policy's atol.
-    "rmse": RatioCheck("rmse", lambda r: r.rmse, lambda t, m: t.atol / 10),
-    "mean_rel": RatioCheck("mean_rel", lambda r: r.mean_rel, lambda t, m: t.rtol / 10),
-    "max_rel": RatioCheck("max_rel", lambda r: r.max_rel, lambda t, m: t.rtol),
+    "rmse": RatioCheck("rmse", lambda r, n: r.small_tensor_rmse if n < r.small_tensor_numel else r.rmse,
+                       lambda t, m: t.atol / 10),
+    "mean_rel": RatioCheck("mean_rel", lambda r, n: r.mean_rel, lambda t, m: t.rtol / 10),
+    "max_rel": RatioCheck("max_rel", lambda r, n: r.max_rel, lambda t, m: t.rtol),
     # one small-value element in error is always tolerated
-    "small_value_errors": RatioCheck("small_value_errors", lambda r: r.small_value, lambda t, m: 1.0),
+    "small_value_errors": RatioCheck("small_value_errors", lambda r, n: r.small_value, lambda t, m: 1.0),
 }
 
 
@@ -94,10 +97,10 @@ def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_gold
     failed = []
     for name, check in RATIO_CHECKS.items():
         ours, theirs = getattr(vs_golden, check.metric), getattr(reference_vs_golden, check.metric)
-        bound = check.ratio(policy.ratios) * max(theirs, check.floor(tolerance, reference_vs_golden))
+        ratio = check.ratio(policy.ratios, n)
+        bound = ratio * max(theirs, check.floor(tolerance, reference_vs_golden))
         if ours > bound:
-            failed.append(f"{name} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, "
-                          f"ratio {check.ratio(policy.ratios):g})")
+            failed.append(f"{name} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio {ratio:g})")
     if failed:
         return Verdict(Status.FAIL, "worse_than_eager", "worse than eager against the golden: " + "; ".join(failed),
                        failed)

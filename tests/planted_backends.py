@@ -1,0 +1,124 @@
+"""Dynamo backends with planted numerics bugs: the checker must fail each of them.
+
+They run the captured FX graph through an Interpreter that changes one kind of op, the way a broken
+fusion compiler would. Usable from the CLI too: `--backend tests/planted_backends.py:bf16_matmul`.
+"""
+import operator
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Interpreter
+
+
+def _lossy_bf16(fn):
+    def wrapped(*args, **kwargs):
+        out_dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+        cast = [a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        return fn(*cast, **kwargs).to(out_dtype)
+    return wrapped
+
+
+def _bf16_accumulated_sum(x, dim=None, keepdim=False, *, dtype=None, block: int = 4):
+    """Sum along `dim` adding `block` elements at a time with the running sum rounded to bf16."""
+    dims = [dim] if isinstance(dim, int) else list(dim or range(x.dim()))
+    out = x
+    for d in sorted((d % x.dim() for d in dims), reverse=True):
+        acc = torch.zeros_like(out.select(d, 0), dtype=torch.bfloat16)
+        for start in range(0, out.shape[d], block):
+            acc = (acc.float() + out.narrow(d, start, min(block, out.shape[d] - start)).float().sum(d)).to(torch.bfloat16)
+        out = acc.to(x.dtype if dtype is None else dtype)
+        if keepdim:
+            out = out.unsqueeze(d)
+    return out
+
+
+def _bf16_accumulated_mean(x, dim=None, keepdim=False, *, dtype=None):
+    n = x.numel() if dim is None else 1
+    for d in ([dim] if isinstance(dim, int) else list(dim or [])):
+        n *= x.shape[d]
+    return _bf16_accumulated_sum(x, dim, keepdim, dtype=dtype) / n
+
+
+class _Rewrite(Interpreter):
+    functions: dict = {}
+    methods: dict = {}
+
+    def call_function(self, target, args, kwargs):
+        return self.functions.get(target, target)(*args, **kwargs)
+
+    def call_method(self, target, args, kwargs):
+        if target in self.methods:
+            return self.methods[target](*args, **kwargs)
+        return super().call_method(target, args, kwargs)
+
+
+def _backend(rewrite_cls):
+    def backend(gm, example_inputs):
+        def run(*args):
+            return rewrite_cls(gm).run(*args)
+        return run
+    return backend
+
+
+class _Bf16Matmul(_Rewrite):
+    functions = {F.linear: _lossy_bf16(F.linear), torch.matmul: _lossy_bf16(torch.matmul),
+                 operator.matmul: _lossy_bf16(operator.matmul), torch.bmm: _lossy_bf16(torch.bmm),
+                 F.conv2d: _lossy_bf16(F.conv2d)}
+
+
+class _Bf16Accumulation(_Rewrite):
+    functions = {torch.sum: _bf16_accumulated_sum, torch.mean: _bf16_accumulated_mean}
+    methods = {"sum": _bf16_accumulated_sum, "mean": _bf16_accumulated_mean}
+
+
+class _DropUpcast(_Rewrite):
+    """Drops `.float()` and `.to(torch.float32)`: the region that eager upcasts stays in low precision."""
+
+    methods = {"float": lambda x: x}
+
+    def call_method(self, target, args, kwargs):
+        if target == "to" and (torch.float32 in args[1:] or kwargs.get("dtype") is torch.float32):
+            return args[0]
+        return super().call_method(target, args, kwargs)
+
+
+bf16_matmul = _backend(_Bf16Matmul)          # matmuls computed in bf16 inside an fp32 model
+bf16_accumulation = _backend(_Bf16Accumulation)  # reductions accumulated in bf16
+drop_upcast = _backend(_DropUpcast)           # a dropped fp32 upcast around a reduction
+
+
+def inject_nan(gm, example_inputs):
+    def run(*args):
+        out = gm(*args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        first.view(-1)[0] = float("nan")
+        return out
+    return run
+
+
+def wrong_dtype(gm, example_inputs):
+    return lambda *args: [o.double() for o in gm(*args)]
+
+
+def wrong_shape(gm, example_inputs):
+    return lambda *args: [o.reshape(-1) for o in gm(*args)]
+
+
+def wrong_device(gm, example_inputs):
+    return lambda *args: [o.to("meta") for o in gm(*args)]
+
+
+def noisy(gm, example_inputs):
+    """Nondeterministic: a different tiny perturbation each call (like an unordered atomic reduction)."""
+    return lambda *args: [o + torch.randn_like(o) * 1e-3 if o.is_floating_point() else o for o in gm(*args)]
+
+
+def flip_one_bit(gm, example_inputs):
+    """Moves data correctly except one element, one ULP off: the data-movement rule must catch it."""
+    def run(*args):
+        outs = list(gm(*args))
+        o = outs[0].clone()
+        flat = o.view(-1)
+        flat[3] = torch.nextafter(flat[3], torch.tensor(float("inf"), dtype=o.dtype))
+        return [o, *outs[1:]]
+    return run

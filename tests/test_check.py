@@ -1,0 +1,115 @@
+"""The core check end to end: planted bad backends fail, real Inductor passes, bad inputs are named."""
+import pytest
+import torch
+
+from fusecheck.case import TargetError, load_target
+from fusecheck.compare import Status
+from fusecheck.run import run_check
+
+PLANTED = "tests/planted_backends.py:"
+
+
+def check(target, **kw):
+    return run_check(load_target(target), **kw)
+
+
+@pytest.mark.parametrize("backend,target", [
+    ("bf16_matmul", "models/mlp.py:build"),
+    ("bf16_matmul", "models/conv_bn_relu.py:build"),
+    ("bf16_accumulation", "models/transformer_block.py:build"),
+])
+def test_planted_precision_bugs_fail_in_fp32(backend, target):
+    r = check(target, backend=PLANTED + backend, dtype="fp32")
+    assert r.status == "FAIL" and r.exit_code == 1
+    assert all(row.verdict.code == "worse_than_eager" for row in r.rows)
+    assert all(row.error_ratio > 2 for row in r.rows)
+
+
+def test_dropped_upcast_overflows_fp16_and_fails():
+    r = check("tests/cases.py:big_rmsnorm", backend=PLANTED + "drop_upcast", dtype="fp16")
+    assert r.status == "FAIL"
+    assert r.rows[0].verdict.code in {"nan_inf_mismatch", "worse_than_eager"}
+
+
+def test_planted_bug_in_backward_is_caught_in_gradients():
+    r = check("models/mlp.py:build", backend=PLANTED + "bf16_matmul", dtype="fp32", train=True)
+    grads = [row for row in r.rows if row.name.startswith("grad.")]
+    assert grads and any(row.verdict.code == "worse_than_eager" for row in grads)
+
+
+def test_control_backends_are_bitwise_equal_to_eager():
+    r = check("models/transformer_block.py:build", backend="aot_eager", dtype="bf16", train=True)
+    assert r.status == "PASS" and {row.verdict.code for row in r.rows} == {"bitwise_equal"}
+    assert any(row.name.startswith("grad.") for row in r.rows)
+
+
+@pytest.mark.parametrize("backend,code", [
+    ("inject_nan", "nan_inf_mismatch"), ("wrong_dtype", "dtype_mismatch"),
+    ("wrong_shape", "shape_mismatch"), ("wrong_device", "device_mismatch"),
+])
+def test_structural_findings_from_backends(backend, code):
+    r = check("models/mlp.py:build", backend=PLANTED + backend)
+    assert r.rows[0].verdict.code == code and r.exit_code == 1
+
+
+def test_nondeterministic_compiled_is_its_own_finding():
+    r = check("models/mlp.py:build", backend=PLANTED + "noisy")
+    assert not r.compiled_repeatable
+    assert r.rows[0].verdict.code == "nondeterministic_compiled" and r.eager_repeatable
+
+
+def test_mixed_int_bool_float_outputs():
+    r = check("tests/cases.py:int_and_float", backend="aot_eager")
+    assert [row.dtype for row in r.rows] == ["int64", "bool", "float32"]
+    assert r.passed
+
+
+@pytest.mark.parametrize("target,code", [
+    ("tests/cases.py:empty_output", "empty"), ("tests/cases.py:all_nan", "golden_all_nan"),
+])
+def test_bad_outputs_give_error_exit_2(target, code):
+    r = check(target, backend="eager")
+    assert r.rows[0].verdict.code == code and r.rows[0].verdict.status is Status.ERROR and r.exit_code == 2
+
+
+@pytest.mark.parametrize("target,match", [
+    ("tests/cases.py:returns_nothing", "returned no tensors"),
+    ("tests/cases.py:builder_returns_none", "returned nothing"),
+    ("tests/cases.py:no_such_fn", "has no attribute"),
+    ("tests/missing.py:build", "not found"),
+    ("models/mlp.py", "expected FILE.py:NAME"),
+])
+def test_bad_targets_raise_target_error(target, match):
+    with pytest.raises(TargetError, match=match):
+        check(target, backend="eager")
+
+
+def test_movement_model_is_checked_bitwise():
+    r = check("models/data_movement.py:build", backend="inductor", dtype="bf16")
+    assert r.movement_only and r.passed
+    assert all(row.verdict.code == "bitwise_equal" for row in r.rows)
+
+
+def test_movement_rule_catches_a_single_flipped_bit():
+    r = check("models/data_movement.py:build", backend=PLANTED + "flip_one_bit")
+    assert r.rows[0].verdict.code == "exact_mismatch" and "data movement" in r.rows[0].verdict.message
+
+
+REFERENCE_MODELS = ["models/mlp.py:build", "models/transformer_block.py:build", "models/conv_bn_relu.py:build",
+                    "models/data_movement.py:build"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("target", REFERENCE_MODELS)
+def test_inductor_passes_on_reference_models(target, dtype):
+    """train=True compiles forward and backward: outputs and every gradient are judged."""
+    r = check(target, backend="inductor", dtype=dtype, train=True)
+    assert r.passed, [(row.name, row.verdict.message) for row in r.rows if not row.passed]
+    assert len(r.graphs) >= 1 and r.compiled_repeatable
+
+
+@pytest.mark.slow
+def test_inductor_inference_path_passes():
+    r = check("models/transformer_block.py:build", backend="inductor", dtype="bf16")
+    assert r.passed and r.graphs[0].n_nodes > 10

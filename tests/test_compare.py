@@ -1,0 +1,133 @@
+"""The comparison core: metric definitions, chunking, and the verdict on constructed tensors."""
+import math
+
+import pytest
+import torch
+
+from fusecheck.compare import Status, compare, pair_metrics
+from fusecheck.policy import Policy
+
+
+@pytest.fixture
+def golden():
+    return torch.randn(4096, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+
+def test_ulp_matches_msprobe_definition():
+    # bf16 has 7 mantissa bits: around 1.0 one ULP is 2^-7.
+    b = torch.tensor([1.0, 1.0, 4.0, 0.0], dtype=torch.float64)
+    a = torch.tensor([1.0 + 2**-7, 1.0 + 3 * 2**-7, 4.0 + 2**-5, 2**-133], dtype=torch.float64)
+    m = pair_metrics(a, b, ulp_dtype=torch.bfloat16)
+    assert m.ulp_max == pytest.approx(3.0)
+    # |B|=0 uses min_eb=-126: 2^-133 * 2^(7+126) = 1
+    assert m.ulp_mean == pytest.approx((1 + 3 + 1 + 1) / 4)
+    assert m.ulp_gt1_ratio == pytest.approx(0.25)
+
+
+def test_relative_error_and_cosine_definitions():
+    b = torch.tensor([2.0, -4.0, 1.0], dtype=torch.float64)
+    a = torch.tensor([2.2, -4.0, 0.5], dtype=torch.float64)
+    m = pair_metrics(a, b)
+    assert m.max_rel == pytest.approx(0.5)
+    assert m.mean_rel == pytest.approx((0.1 + 0 + 0.5) / 3)
+    assert m.max_abs == pytest.approx(0.5)
+    assert m.rmse == pytest.approx(math.sqrt((0.04 + 0.25) / 3))
+    assert m.cosine == pytest.approx(float(a @ b / (a.norm() * b.norm())))
+    assert m.one_thousandth_ratio == pytest.approx(1 / 3)
+
+
+def test_chunked_equals_single_pass(golden):
+    a = golden.to(torch.bfloat16)
+    b = (golden * 1.001).to(torch.bfloat16)
+    whole = compare(a, b, golden, chunk_elems=1 << 30)
+    chunked = compare(a, b, golden, chunk_elems=97)
+    for k, v in whole.vs_golden.values.items():
+        assert chunked.vs_golden.values[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+    assert chunked.verdict.code == whole.verdict.code
+
+
+def test_non_contiguous_inputs_are_chunked_by_rows(golden):
+    g = golden.reshape(64, 64).t()
+    a = g.to(torch.float32)
+    c = compare(a, a.clone(), g, chunk_elems=128)
+    assert c.verdict.code == "bitwise_equal"
+    assert compare(a * 1.01, a, g, chunk_elems=128).verdict.status is Status.FAIL
+
+
+def test_closer_to_golden_passes_even_when_most_bits_differ(golden):
+    eager = (golden * (1 + 2e-2)).to(torch.bfloat16)          # biased eager
+    compiled = golden.to(torch.bfloat16)                        # correctly rounded
+    c = compare(compiled, eager, golden)
+    differ = c.vs_reference.numel - c.vs_reference.bitwise_equal
+    assert differ > 0.5 * c.vs_reference.numel
+    assert c.verdict.status is Status.PASS and c.verdict.code == "not_worse_than_eager"
+    assert c.error_ratio < 1
+
+
+def test_worse_than_eager_fails_with_the_failing_checks(golden):
+    eager = golden.to(torch.bfloat16)
+    compiled = (golden * (1 + 3e-2)).to(torch.bfloat16)
+    c = compare(compiled, eager, golden)
+    assert c.verdict.status is Status.FAIL and c.verdict.code == "worse_than_eager"
+    assert any(f.startswith("rmse") for f in c.verdict.failed_checks)
+
+
+def test_within_tolerance_without_golden():
+    x = torch.randn(100)
+    assert compare(x + 1e-7, x).verdict.code == "within_tolerance"
+    assert compare(x + 1e-3, x).verdict.code == "outside_tolerance"
+
+
+def test_nan_only_in_compiled_fails(golden):
+    eager = golden.float()
+    compiled = eager.clone()
+    compiled[7] = float("nan")
+    c = compare(compiled, eager, golden)
+    assert c.verdict.code == "nan_inf_mismatch" and "compiled has NaN/Inf" in c.verdict.message
+
+
+def test_inf_where_golden_has_inf_is_accepted_when_eager_lost_it():
+    golden = torch.tensor([1.0, math.inf, 3.0], dtype=torch.float64)
+    eager = torch.tensor([1.0, 65504.0, 3.0], dtype=torch.float16)  # eager saturated wrongly
+    compiled = torch.tensor([1.0, math.inf, 3.0], dtype=torch.float16)
+    assert compare(compiled, eager, golden).verdict.status is Status.PASS
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_integers_and_bools_are_exact(dtype):
+    ref = torch.arange(10).to(dtype)
+    bad = ref.clone()
+    bad[3] = 1 - int(bad[3]) if dtype is torch.bool else 99
+    assert compare(ref.clone(), ref).verdict.code == "bitwise_equal"
+    v = compare(bad, ref).verdict
+    assert v.status is Status.FAIL and v.code == "exact_mismatch" and "1 of 10" in v.message
+
+
+def test_exact_rule_for_data_movement(golden):
+    e = golden.float()
+    c = e.clone()
+    c[0] = torch.nextafter(c[0], torch.tensor(math.inf))
+    v = compare(c, e, golden, exact=True, exact_reason="pure data movement").verdict
+    assert v.code == "exact_mismatch" and "data movement" in v.message
+
+
+@pytest.mark.parametrize("result,reference,golden,code", [
+    (torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.float64), "empty"),
+    (torch.ones(3), torch.ones(4), None, "shape_mismatch"),
+    (torch.ones(3), torch.ones(3, dtype=torch.float64), None, "dtype_mismatch"),
+    (torch.ones(3, device="meta"), torch.ones(3), None, "device_mismatch"),
+    (torch.ones(3), torch.ones(3), torch.full((3,), math.nan, dtype=torch.float64), "golden_all_nan"),
+    (torch.ones(3), torch.ones(3), torch.ones(2, dtype=torch.float64), "golden_shape_mismatch"),
+])
+def test_bad_inputs_never_pass(result, reference, golden, code):
+    c = compare(result, reference, golden)
+    assert c.verdict.code == code
+    assert c.verdict.status is not Status.PASS
+
+
+def test_policy_relaxation_changes_the_verdict(golden):
+    eager = golden.float()
+    compiled = eager * (1 + 5e-5)
+    assert compare(compiled, eager, golden).verdict.status is Status.FAIL
+    relaxed = Policy.from_mapping({"tolerance": {"fp32": {"rtol": 1e-4, "atol": 1e-4, "reason": "tf32 matmuls"}}}, "t")
+    assert compare(compiled, eager, golden, policy=relaxed).verdict.code == "within_tolerance"
