@@ -1,0 +1,217 @@
+"""A pool of rank processes started once and reused across checks, with a parent-kept deadline.
+
+The parent never blocks on a rank: it waits on every rank's pipe and process sentinel at once. Each rank
+reports when it enters a phase; a rank silent in one phase for longer than `timeout_s + grace_s` is
+named as HANG (the process-group timeout, equal to `timeout_s`, makes the ranks waiting for it raise
+first, so the silent one stands out; rank 0's monitored barrier names it too). A rank that raises or dies
+is named as CRASH with its traceback or signal. On HANG or CRASH every rank is killed and joined; the next
+check starts a fresh pool (a fork costs ~0.1 s).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from fusecheck.dist.backends import BACKENDS
+from fusecheck.dist.worker import rank_main
+
+# Exceptions a rank raises because *another* rank failed: not the culprit.
+SECONDARY = re.compile(r"timed out|timeout|connection closed|connection reset|broken pipe|"
+                       r"failed to pass monitoredbarrier|ECONNRESET|peer|socket", re.I)
+MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
+CRASH_SETTLE_S = 0.3
+
+
+@dataclass
+class Outcome:
+    status: str                                       # "ok", "HANG" or "CRASH"
+    ranks: list[int] = field(default_factory=list)    # the culprits
+    detail: str = ""
+    phases: dict[int, str] = field(default_factory=dict)
+    errors: dict[int, dict] = field(default_factory=dict)
+    results: list[dict] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "ranks": self.ranks, "detail": self.detail,
+                "phases": {str(k): v for k, v in self.phases.items()},
+                "errors": {str(k): v for k, v in self.errors.items()}, "elapsed_s": self.elapsed_s}
+
+
+@dataclass
+class _Rank:
+    phase: str = "start"
+    since: float = 0.0
+    finished: bool = False
+    error: dict | None = None
+
+
+class RankPool:
+    """`world` rank processes joined in one process group; `run(task)` returns an `Outcome`."""
+
+    def __init__(self, world: int, backend: str = "gloo", timeout_s: float = 30.0, grace_s: float | None = None):
+        self.world, self.backend, self.timeout_s = world, BACKENDS[backend], timeout_s
+        self.grace_s = grace_s if grace_s is not None else max(2.0, 0.25 * timeout_s)
+        self.procs: list = []
+        self.conns: list = []
+        self._init_file = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return bool(self.procs) and all(p.is_alive() for p in self.procs)
+
+    def start(self) -> Outcome:
+        self.close()
+        ctx = mp.get_context(self.backend.start_method)
+        fd, self._init_file = tempfile.mkstemp(prefix="fusecheck_dist_")
+        os.close(fd)
+        os.unlink(self._init_file)  # the file store creates it
+        for rank in range(self.world):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=rank_main, daemon=True, name=f"fusecheck-rank{rank}",
+                               args=(rank, self.world, self.backend.name, self._init_file, self.timeout_s, child))
+            proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.conns.append(parent)
+        outcome = self._collect(expect="ready")
+        if outcome.status != "ok":
+            self.close(graceful=False)
+        return outcome
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop every rank (politely when idle, else SIGKILL), join all, remove the store file."""
+        for conn in self.conns if graceful else ():
+            try:
+                conn.send(("stop", None))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + (1.0 if graceful else 0.0)
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
+        for conn in self.conns:
+            conn.close()
+        self.procs, self.conns = [], []
+        if self._init_file and os.path.exists(self._init_file):
+            os.unlink(self._init_file)
+        self._init_file = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    # ---- running -----------------------------------------------------------------------------------
+    def run(self, task) -> Outcome:
+        """Run one check on every rank; on HANG or CRASH the pool is torn down before returning."""
+        if not self.alive:
+            started = self.start()
+            if started.status != "ok":
+                return started
+        for conn in self.conns:
+            conn.send(("task", task))
+        outcome = self._collect(expect="done")
+        if outcome.status != "ok":
+            self.close(graceful=False)
+        return outcome
+
+    def _collect(self, expect: str) -> Outcome:
+        t0 = time.monotonic()
+        ranks = {r: _Rank(since=t0) for r in range(self.world)}
+        results: list[dict] = []
+        first_crash = None
+        while True:
+            pending = [r for r, s in ranks.items() if not s.finished]
+            if not pending:
+                break
+            handles = {self.conns[r]: r for r in pending}
+            handles.update({self.procs[r].sentinel: r for r in pending})
+            for ready in wait(list(handles), timeout=0.05):
+                r = handles[ready]
+                if ranks[r].finished:
+                    continue
+                if ready is self.procs[r].sentinel and not self.conns[r].poll():
+                    self._died(ranks[r], r)
+                    continue
+                self._receive(ranks[r], r, expect, results)
+            now = time.monotonic()
+            primary = [r for r, s in ranks.items() if s.error and not s.error.get("secondary")]
+            if primary and first_crash is None:
+                first_crash = now
+            if first_crash is not None and (now - first_crash > CRASH_SETTLE_S or all(s.finished for s in ranks.values())):
+                return self._crash(ranks, primary, results, t0)
+            stuck = [r for r, s in ranks.items() if not s.finished and now - s.since > self.timeout_s + self.grace_s]
+            if stuck:
+                return self._hang(ranks, results, t0)
+        errors = {r: s.error for r, s in ranks.items() if s.error}
+        if errors:  # every rank finished, some with secondary errors only: they timed out waiting for each other
+            return self._hang(ranks, results, t0)
+        return Outcome("ok", results=results, elapsed_s=time.monotonic() - t0)
+
+    def _receive(self, state: _Rank, r: int, expect: str, results: list) -> None:
+        try:
+            kind, payload = self.conns[r].recv()
+        except (EOFError, OSError):
+            self._died(state, r)
+            return
+        state.since = time.monotonic()
+        if kind == "enter":
+            state.phase = payload
+        elif kind == "result":
+            results.append(payload)
+        elif kind == expect:
+            state.finished = True
+        elif kind == "error":
+            payload["secondary"] = bool(SECONDARY.search(payload.get("message", "")))
+            state.error, state.finished = payload, True
+
+    def _died(self, state: _Rank, r: int) -> None:
+        proc = self.procs[r]
+        proc.join(1)
+        code = proc.exitcode
+        how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code}")
+        state.error = {"type": "ProcessDied", "message": f"rank {r} process {how} without a Python traceback",
+                       "traceback": "", "secondary": False}
+        state.finished = True
+
+    def _crash(self, ranks: dict, primary: list[int], results: list, t0: float) -> Outcome:
+        first = ranks[primary[0]].error
+        detail = f"rank {primary[0]}: {first['type']}: {first['message']}".strip()
+        return Outcome("CRASH", sorted(primary), detail, {r: s.phase for r, s in ranks.items()},
+                       {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
+
+    def _hang(self, ranks: dict, results: list, t0: float) -> Outcome:
+        silent = [r for r, s in ranks.items() if not s.finished]
+        named = set()
+        for s in ranks.values():
+            m = MONITORED.search((s.error or {}).get("message", ""))
+            if m:
+                named |= {int(x) for x in re.findall(r"\d+", m.group(1))}
+        culprits = sorted(silent or named or ranks)
+        if silent:
+            detail = (f"rank(s) {', '.join(map(str, culprits))} stopped answering for "
+                      f"{self.timeout_s + self.grace_s:.1f} s in phase "
+                      + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))
+        else:
+            detail = ("every rank timed out waiting in a collective (mismatched collectives or a deadlock): "
+                      + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))
+        if named:
+            detail += f"; monitored barrier named rank(s) {sorted(named)}"
+        return Outcome("HANG", culprits, detail, {r: s.phase for r, s in ranks.items()},
+                       {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
