@@ -131,14 +131,6 @@ def _apply_horizontal(stack: contextlib.ExitStack) -> None:
     stack.enter_context(cm)
 
 
-# -- fusion.concat -----------------------------------------------------------------------------------
-def _apply_concat(stack: contextlib.ExitStack) -> None:
-    from torch._inductor import config
-
-    patch = require_config({"max_pointwise_cat_inputs": 0, "force_pointwise_cat": False}, "fusion.concat")
-    stack.enter_context(config.patch(patch))
-
-
 # -- decompositions ----------------------------------------------------------------------------------
 def _minimal_decomps() -> dict[Any, Any]:
     """Only what Inductor cannot lower otherwise: decompositions of ops with no aten kernel to fall back to."""
@@ -160,32 +152,25 @@ def _minimal_decomps() -> dict[Any, Any]:
 
 
 @contextlib.contextmanager
-def _compile_fx_with_decomps(module: Any) -> Any:
-    orig = module.compile_fx
-
-    def compile_fx(model_: Any, example_inputs_: Any, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("decompositions") is None and len(args) < 3:
-            kwargs["decompositions"] = _minimal_decomps()
-        return orig(model_, example_inputs_, *args, **kwargs)
-
-    module.compile_fx = compile_fx
+def _decomposition_table(module: Any, table: dict[Any, Any]) -> Any:
+    """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time)."""
+    saved = {"decompositions": module.decompositions, "fast_random_decomps": module.fast_random_decomps}
+    module.decompositions = table
+    module.fast_random_decomps = lambda: table
     try:
         yield
     finally:
-        module.compile_fx = orig
+        for k, v in saved.items():
+            setattr(module, k, v)
 
 
 def _apply_decompositions(stack: contextlib.ExitStack) -> None:
     name = "decompositions"
-    module = require_module("torch._inductor.compile_fx", name)
-    require_attr("torch._inductor.compile_fx", "compile_fx", name)
-    require_attr("torch._inductor.decomposition", "select_decomp_table", name)
+    module = require_module("torch._inductor.decomposition", name)
+    for attr in ("select_decomp_table", "decompositions", "fast_random_decomps"):
+        require_attr("torch._inductor.decomposition", attr, name)
     require_attr("torch._inductor.lowering", "lowerings", name)
-    import inspect
-
-    if "decompositions" not in inspect.signature(module.compile_fx).parameters:
-        require_attr("torch._inductor.compile_fx", "compile_fx(decompositions=...)", name)
-    stack.enter_context(_compile_fx_with_decomps(module))
+    stack.enter_context(_decomposition_table(module, _minimal_decomps()))
 
 
 def _decomposable(gm: torch.fx.GraphModule) -> bool | str:
@@ -203,23 +188,36 @@ def _decomposable(gm: torch.fx.GraphModule) -> bool | str:
 
 
 # -- partitioner.no_recompute ------------------------------------------------------------------------
+def _no_recompute_partitioner(name: str) -> Any:
+    base = require_attr("torch._inductor.custom_graph_pass", "CustomPartitionerFn", name)
+    require_attr("torch._functorch.partitioners", "default_partition", name)
+    global NoRecompute
+    if NoRecompute is None:
+
+        class _NoRecompute(base):  # type: ignore[misc, valid-type]
+            """AOTAutograd's default partitioner: saves what the forward computed, recomputes nothing."""
+
+            def __call__(self, gm: Any, joint_inputs: Any, **kwargs: Any) -> Any:
+                from torch._functorch.partitioners import default_partition
+
+                kwargs.pop("compiler", None)
+                return default_partition(gm, joint_inputs, **kwargs)
+
+            def uuid(self) -> str:
+                return "fusecheck.partitioner.no_recompute.v1"
+
+        _NoRecompute.__name__ = _NoRecompute.__qualname__ = "NoRecompute"
+        NoRecompute = _NoRecompute  # module-level name: the cache key pickles the config
+    return NoRecompute()
+
+
+NoRecompute: Any = None
+
+
 def _apply_no_recompute(stack: contextlib.ExitStack) -> None:
     name = "partitioner.no_recompute"
-    base = require_attr("torch._inductor.custom_graph_pass", "CustomPartitionerFn", name)
-    default_partition = require_attr("torch._functorch.partitioners", "default_partition", name)
     patch = require_config({"custom_partitioner_fn": None}, name)
-
-    class NoRecompute(base):  # type: ignore[misc, valid-type]
-        """AOTAutograd's default partitioner: saves what the forward computed, recomputes nothing."""
-
-        def __call__(self, gm: Any, joint_inputs: Any, **kwargs: Any) -> Any:
-            kwargs.pop("compiler", None)
-            return default_partition(gm, joint_inputs, **kwargs)
-
-        def uuid(self) -> str:
-            return "fusecheck.partitioner.no_recompute.v1"
-
-    patch["custom_partitioner_fn"] = NoRecompute()
+    patch["custom_partitioner_fn"] = _no_recompute_partitioner(name)
     from torch._inductor import config
 
     stack.enter_context(config.patch(patch))
@@ -281,16 +279,9 @@ _ENTRIES = [
         _horizontal_candidates,
     ),
     Toggle(
-        "fusion.concat",
-        "concatenation is not lowered as a pointwise kernel that fuses its producers",
-        "max_pointwise_cat_inputs=0, force_pointwise_cat=False",
-        _apply_concat,
-        _needs("cat", "not applicable: no concatenation in the graph"),
-    ),
-    Toggle(
         "decompositions",
         "compile without Inductor's decomposition table (only decompositions needed to lower at all)",
-        "compile_fx(decompositions=<ops with no lowering and no eager kernel>); others fall back to aten",
+        "select_decomp_table() returns only ops with no lowering and no eager kernel; the rest fall back to aten",
         _apply_decompositions,
         _decomposable,
     ),

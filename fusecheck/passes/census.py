@@ -257,6 +257,54 @@ def _cpp_loop_hooks() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _backward_provenance() -> Iterator[None]:
+    """Let Inductor dump kernel provenance for graphs compiled without a pre-grad graph id.
+
+    ``dump_inductor_provenance_info`` only maps kernels when ``_pre_grad_graph_id`` is set, which is
+    true for the forward compile only: the backward, compiled lazily at the first ``.backward()``,
+    would otherwise be stored without its kernel map - or, since nothing resets the provenance tables
+    around it, with the previous backward's kernels as well; so they are cleared before its codegen.
+    """
+    try:
+        from torch._inductor import debug
+        from torch._inductor.scheduler import Scheduler
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    orig = getattr(debug, "dump_inductor_provenance_info", None)
+    orig_codegen = vars(Scheduler).get("codegen")
+    tables = ("_inductor_triton_kernel_to_post_grad_node_info", "_inductor_kernel_stack_trace")
+    if orig is None or orig_codegen is None or not all(
+        hasattr(debug, a) for a in ("_pre_grad_graph_id", *tables)
+    ):
+        yield
+        return
+
+    def codegen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not debug._pre_grad_graph_id:
+            for table in tables:
+                setattr(debug, table, {})
+        return orig_codegen(self, *args, **kwargs)
+
+    def dump_inductor_provenance_info(*args: Any, **kwargs: Any) -> Any:
+        if debug._pre_grad_graph_id:
+            return orig(*args, **kwargs)
+        debug._pre_grad_graph_id = -1
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            debug._pre_grad_graph_id = None
+
+    debug.dump_inductor_provenance_info = dump_inductor_provenance_info
+    Scheduler.codegen = codegen
+    try:
+        yield
+    finally:
+        debug.dump_inductor_provenance_info = orig
+        Scheduler.codegen = orig_codegen
+
+
+@contextlib.contextmanager
 def collecting_census() -> Iterator[KernelCensus]:
     """Collect the census of every Inductor graph compiled (or loaded from cache) inside. Nestable."""
     what = "kernel census"
@@ -268,11 +316,12 @@ def collecting_census() -> Iterator[KernelCensus]:
     census = KernelCensus()
     outermost = not _ACTIVE
     with contextlib.ExitStack() as stack:
-        stack.enter_context(salted(("census-v2",)))
+        stack.enter_context(salted(("census-v4",)))
         stack.enter_context(config.patch(patch))
         if outermost:
             stack.enter_context(_post_compile_hook(cls))
             stack.enter_context(_cpp_loop_hooks())
+            stack.enter_context(_backward_provenance())
         _ACTIVE.append(census)
         stack.callback(_ACTIVE.remove, census)
         yield census
