@@ -206,8 +206,8 @@ class RankPool:
         culprits = sorted(silent or named or ranks)
         if silent:
             detail = (f"rank(s) {', '.join(map(str, culprits))} stopped answering for "
-                      f"{self.timeout_s + self.grace_s:.1f} s in phase "
-                      + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))
+                      f"{self.timeout_s + self.grace_s:.1f} s; "
+                      + "; ".join(f"rank {r} in phase {ranks[r].phase!r}" for r in culprits))
         else:
             detail = ("every rank timed out waiting in a collective (mismatched collectives or a deadlock): "
                       + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))

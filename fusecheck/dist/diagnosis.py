@@ -1,0 +1,143 @@
+"""Diagnosis: which part of the kernel is wrong, from the three layers' verdicts (and HANG/CRASH).
+
+Rules are a registry of small functions over the facts; each that applies adds a row to the diagnosis
+table; the first that applies in RULES order is the primary cause.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from fusecheck.dist.summary import LayerSummary
+
+
+
+@dataclass
+class Facts:
+    comm: LayerSummary
+    compute: LayerSummary
+    whole: LayerSummary
+    cross: dict
+    outcome: str            # ok / HANG / CRASH
+    outcome_ranks: list[int]
+    outcome_detail: str
+    world: int
+
+
+@dataclass
+class Finding:
+    cause: str
+    layer: str
+    evidence: str
+
+    def row(self) -> list[str]:
+        return [self.cause, self.layer, self.evidence]
+
+
+def _verdicts(f: Facts) -> str:
+    return f"comm {f.comm.status}, compute {f.compute.status}, whole {f.whole.status}"
+
+
+def _comm_detail(s: LayerSummary) -> str:
+    kinds = {"misrouted": "data from the wrong rank (rank order)", "shifted": "right rank, wrong offset (chunking/layout)",
+             "missing_ranks": "reduction missing ranks' contributions", "unwritten": "slots never written",
+             "garbage": "stale/poisoned data read"}
+    parts = [f"{kinds[k]}: {n}" for k, n in sorted(s.classes.items(), key=lambda kv: -kv[1]) if k in kinds]
+    return "; ".join(parts) or s.first_failure
+
+
+def hang_or_crash(f: Facts) -> Finding | None:
+    if f.outcome in ("HANG", "CRASH"):
+        return Finding(f"{f.outcome} on rank(s) {', '.join(map(str, f.outcome_ranks))}", "run", f.outcome_detail)
+    return None
+
+
+def synchronization(f: Facts) -> Finding | None:
+    """Failures that come and go across repeats, or layer 1 giving different bits for identical inputs."""
+    flaky = [name for name, s in (("comm", f.comm), ("whole", f.whole)) if s.failed and s.intermittent_shapes]
+    varying = f.comm.nondeterministic_shapes
+    if not flaky and not varying:
+        return None
+    why = []
+    for name in flaky:
+        s = getattr(f, name)
+        why.append(f"{name} failed {s.failed_runs}/{s.runs} runs, passing and failing on the same shape")
+    if varying:
+        why.append(f"layer 1 returned different bits for identical tagged inputs (shapes {varying})")
+    if f.comm.failed:
+        why.append(_comm_detail(f.comm))
+    return Finding("synchronization (missing wait, early buffer reuse, race)", "comm+compute overlap", "; ".join(why))
+
+
+def rank_subset(f: Facts) -> Finding | None:
+    """Whole kernel fails on some ranks but passes on others, compute alone is fine: layout / rank order."""
+    runs = f.whole.ranks_per_failed_run
+    if f.whole.failed and not f.compute.failed and runs and all(0 < len(r) < f.world for r in runs):
+        return Finding("layout / rank order (rank-dependent)", "communication",
+                       f"whole fails on ranks {f.whole.failing_ranks} and passes on the others; {_verdicts(f)}")
+    return None
+
+
+def communication(f: Facts) -> Finding | None:
+    if f.comm.failed and not f.compute.failed:
+        return Finding("communication (rank order, chunking, buffer layout)", "layer 1 (comm)",
+                       f"{_verdicts(f)}; {_comm_detail(f.comm)}")
+    return None
+
+
+def compute(f: Facts) -> Finding | None:
+    if f.compute.failed and not f.comm.failed:
+        extra = (" (NaN/Inf propagation: " + ", ".join(f.compute.variants_failed) + ")"
+                 if f.compute.variants_failed and all(v.startswith("nan_inf") for v in f.compute.variants_failed) else "")
+        return Finding("compute" + extra, "layer 2 (compute)", f"{_verdicts(f)}; {f.compute.first_failure}")
+    return None
+
+
+def both(f: Facts) -> Finding | None:
+    if f.compute.failed and f.comm.failed:
+        return Finding("communication and compute", "layers 1 and 2",
+                       f"{_verdicts(f)}; comm: {_comm_detail(f.comm)}; compute: {f.compute.first_failure}")
+    return None
+
+
+def fused_only(f: Facts) -> Finding | None:
+    if f.whole.failed and not f.comm.failed and not f.compute.failed:
+        return Finding("interaction of communication and compute (overlap/synchronization that only the fused "
+                       "path exercises, or identity modes that differ from it)", "layer 3 (whole)",
+                       f"{_verdicts(f)}; {f.whole.first_failure}")
+    return None
+
+
+def cross_rank(f: Facts) -> Finding | None:
+    if f.cross.get("status") == "FAIL":
+        m = f.cross["mismatches"][0]
+        return Finding("outputs differ across ranks (rank-dependent reduction order or layout)", "layer 3 (whole)",
+                       f"{len(f.cross['mismatches'])} run(s); e.g. shape {m['shape_index']} repeat {m['repeat']}: "
+                       f"ranks {m['ranks_differing_from_rank0']} differ from rank 0")
+    return None
+
+
+def incomplete(f: Facts) -> Finding | None:
+    missing = f.comm.missing + f.compute.missing + f.whole.missing
+    if missing:
+        return Finding("missing results (no verdict)", "run", "; ".join(missing[:3]))
+    return None
+
+
+RULES: list[Callable[[Facts], Finding | None]] = [
+    hang_or_crash, incomplete, synchronization, rank_subset, communication, compute, both, fused_only, cross_rank,
+]
+
+
+@dataclass
+class Diagnosis:
+    cause: str
+    findings: list[Finding]
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause, "findings": [f.__dict__ for f in self.findings]}
+
+
+def diagnose(facts: Facts) -> Diagnosis:
+    findings = [f for f in (rule(facts) for rule in RULES) if f is not None]
+    return Diagnosis(findings[0].cause if findings else "none (every layer passed)", findings)

@@ -1,0 +1,85 @@
+"""Planted bugs for the `fusecheck dist` tests (no tests here): each subclass breaks one thing in a correct
+reference kernel, the way real kernels break. Loaded by path inside the rank processes."""
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, cls: str):
+    spec = importlib.util.spec_from_file_location(f"fusecheck_planted_{name}", ROOT / "kernels" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, cls)
+
+
+AllGatherGemm = _load("ag_gemm", "AllGatherGemm")
+
+
+class WrongRankOrder(AllGatherGemm):
+    """Rank src's gathered block is written where rank src+1's belongs."""
+
+    def _dest_block(self, src, world):
+        return (src + 1) % world
+
+
+class ChunkOffsetOffByOne(AllGatherGemm):
+    """Every chunk after the first lands one row early: overwrites the previous chunk's last row and leaves
+    its own last row unwritten."""
+
+    def _dest_rows(self, src, m, s, e):
+        shift = 1 if s else 0
+        return slice(src * m + s - shift, src * m + e - shift)
+
+
+class MissingWait(AllGatherGemm):
+    """Consumes each gathered chunk without waiting for its all-gather (waits only at the end)."""
+
+    wait_before_use = False
+
+
+class Bf16Accumulation(AllGatherGemm):
+    """Accumulates the GEMM over K in bfloat16, one rank-1 update at a time."""
+
+    def _matmul(self, x, b):
+        acc = torch.zeros((x.shape[0], b.shape[1]), dtype=torch.bfloat16)
+        for k in range(x.shape[1]):
+            acc = acc + (x[:, k:k + 1].float() * b[k:k + 1].float()).to(torch.bfloat16)
+        return acc.to(x.dtype)
+
+
+class DropsNaN(AllGatherGemm):
+    """Treats NaN inputs as zero (a masked load with `other=0` that also masks NaN)."""
+
+    def _matmul(self, x, b):
+        return torch.nan_to_num(x, nan=0.0, posinf=float("inf"), neginf=float("-inf")) @ b
+
+
+class HangsOnRank(AllGatherGemm):
+    """One rank never returns from the fused call."""
+
+    def __init__(self, rank: int = 1):
+        self.bad_rank = rank
+
+    def fused(self, inputs, group):
+        if dist.get_rank(group) == self.bad_rank:
+            time.sleep(3600)
+        return super().fused(inputs, group)
+
+
+class CrashesOnRank(AllGatherGemm):
+    """One rank raises inside the fused call."""
+
+    def __init__(self, rank: int = 1):
+        self.bad_rank = rank
+
+    def fused(self, inputs, group):
+        if dist.get_rank(group) == self.bad_rank:
+            raise RuntimeError(f"planted crash on rank {self.bad_rank}")
+        return super().fused(inputs, group)
