@@ -40,8 +40,8 @@ def accum_dtype(device: torch.device) -> torch.dtype:
 class Chunk:
     """One aligned chunk of (actual, expected) upcast, with the per-element quantities every metric needs."""
 
-    a: torch.Tensor          # actual, accumulation dtype
-    b: torch.Tensor          # expected, accumulation dtype
+    a: torch.Tensor          # actual, accumulation dtype, 0 where either side is not finite
+    b: torch.Tensor          # expected, accumulation dtype, 0 where either side is not finite
     finite: torch.Tensor     # both finite
     absdiff: torch.Tensor    # |a - b| where finite, else 0
     babs: torch.Tensor       # |b| where finite, else 0
@@ -53,6 +53,8 @@ class Chunk:
     rtol: float
     atol: float
     small_atol: float
+    a_raw: torch.Tensor | None = None  # unmasked, for NaN/Inf counts
+    b_raw: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -64,17 +66,17 @@ class Accumulator:
 ACCUMULATORS: dict[str, Accumulator] = {
     "numel": Accumulator("sum", lambda c: torch.tensor(float(c.a.numel()), dtype=c.a.dtype, device=c.a.device)),
     "n_finite": Accumulator("sum", lambda c: c.finite.sum(dtype=c.a.dtype)),
-    "a_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.a)).sum(dtype=c.a.dtype)),
-    "b_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.b)).sum(dtype=c.a.dtype)),
-    "b_nan": Accumulator("sum", lambda c: torch.isnan(c.b).sum(dtype=c.a.dtype)),
+    "a_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.a_raw)).sum(dtype=c.a.dtype)),
+    "b_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.b_raw)).sum(dtype=c.a.dtype)),
+    "b_nan": Accumulator("sum", lambda c: torch.isnan(c.b_raw).sum(dtype=c.a.dtype)),
     "nonfinite_mismatch": Accumulator("sum", lambda c: c.nonfinite_mismatch.sum(dtype=c.a.dtype)),
-    "sq_err": Accumulator("sum", lambda c: (c.absdiff * c.absdiff).sum()),
+    "sq_err": Accumulator("sum", lambda c: torch.dot(c.absdiff, c.absdiff)),
     "max_abs": Accumulator("max", lambda c: c.absdiff.max() if c.absdiff.numel() else c.absdiff.new_zeros(())),
     "max_rel": Accumulator("max", lambda c: c.rel.max() if c.rel.numel() else c.rel.new_zeros(())),
     "sum_rel": Accumulator("sum", lambda c: c.rel.sum()),
-    "dot": Accumulator("sum", lambda c: (torch.where(c.finite, c.a, 0) * torch.where(c.finite, c.b, 0)).sum()),
-    "a_sq": Accumulator("sum", lambda c: torch.where(c.finite, c.a, 0).square().sum()),
-    "b_sq": Accumulator("sum", lambda c: torch.where(c.finite, c.b, 0).square().sum()),
+    "dot": Accumulator("sum", lambda c: torch.dot(c.a, c.b)),
+    "a_sq": Accumulator("sum", lambda c: torch.dot(c.a, c.a)),
+    "b_sq": Accumulator("sum", lambda c: torch.dot(c.b, c.b)),
     "ulp_max": Accumulator("max", lambda c: c.ulp.max() if c.ulp.numel() else c.ulp.new_zeros(())),
     "ulp_sum": Accumulator("sum", lambda c: c.ulp.sum()),
     "ulp_gt1": Accumulator("sum", lambda c: (c.ulp > 1).sum(dtype=c.a.dtype)),
@@ -172,17 +174,25 @@ def make_chunk(a_raw: torch.Tensor, b_raw: torch.Tensor, *, ulp_dtype: torch.dty
     b_raw = b_raw.to(a_raw.device)
     bits_equal = (_bits(a_raw) == _bits(b_raw)) if a_raw.dtype == b_raw.dtype else None
     a, b = a_raw.to(acc), b_raw.to(acc)
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
-    absdiff = (af - bf).abs()
+    fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
+    finite = fin_a & fin_b
+    if bool(finite.all()):  # the common case: no NaN/Inf, skip the masking passes
+        af, bf = a, b
+        nonfinite_mismatch = torch.zeros_like(finite)
+    else:
+        af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
+        nonfinite_mismatch = _classify_nonfinite(a) != _classify_nonfinite(b)
+    diff = af - bf
+    absdiff = diff.abs_()
     babs = bf.abs()
     rel = absdiff / (babs + EPS)
     mant, min_eb = ULP_FORMAT.get(ulp_dtype, ULP_FORMAT[torch.float32])
-    eb = torch.clamp(torch.floor(torch.log2(torch.where(babs > 0, babs, 1.0))), min=min_eb)
-    eb = torch.where(babs > 0, eb, torch.full_like(eb, min_eb))
-    ulp = absdiff * torch.exp2(mant - eb)
-    return Chunk(a, b, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
-                 _classify_nonfinite(a) != _classify_nonfinite(b), bits_equal, rtol, atol, small_atol)
+    # frexp: |b| = m * 2^e with m in [0.5, 1), so floor(log2|b|) = e - 1 (and b == 0 -> min_eb)
+    exponent = torch.frexp(babs).exponent
+    eb = torch.where(babs > 0, exponent - 1, min_eb).clamp_(min=min_eb)
+    ulp = torch.ldexp(absdiff, (mant - eb).to(acc))
+    return Chunk(af, bf, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
+                 nonfinite_mismatch, bits_equal, rtol, atol, small_atol, a, b)
 
 
 def reduce_accumulators(partials: list[dict[str, torch.Tensor]]) -> dict[str, float]:

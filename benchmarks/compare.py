@@ -1,0 +1,103 @@
+"""Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
+as separate fp64 torch ops, on the same tensors in the same run.
+
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--out results.md]
+
+What each contender computes:
+- fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked.
+- assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
+- separate fp64 ops: the same three pairs' main metrics (rmse, max abs/rel, mean rel, cosine, ULP,
+  mismatches) written as whole-tensor fp64 torch expressions, the obvious hand-rolled alternative.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from fusecheck.compare import compare
+
+
+def naive_metrics(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
+    a, b = a.double(), b.double()
+    d = (a - b).abs()
+    rel = d / (b.abs() + torch.finfo(torch.float64).eps)
+    eb = torch.clamp(torch.floor(torch.log2(b.abs().clamp_min(1e-300))), min=-126)
+    return {
+        "rmse": d.square().mean().sqrt().item(), "max_abs": d.max().item(), "max_rel": rel.max().item(),
+        "mean_rel": rel.mean().item(), "cos": (torch.dot(a, b) / (a.norm() * b.norm())).item(),
+        "ulp": (d * torch.exp2(7 - eb)).max().item(), "mismatch": (d > atol + rtol * b.abs()).sum().item(),
+        "nan": (torch.isnan(a) != torch.isnan(b)).sum().item(),
+    }
+
+
+def naive_three_pairs(res, ref, gold):
+    return [naive_metrics(res, ref, 5e-3, 5e-3), naive_metrics(res, gold, 5e-3, 5e-3), naive_metrics(ref, gold, 5e-3, 5e-3)]
+
+
+def assert_close(res, ref):
+    try:
+        torch.testing.assert_close(res, ref, rtol=5e-3, atol=5e-3)
+    except AssertionError:
+        pass
+
+
+def timeit(fn, device: str, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def peak_extra_bytes(fn, device: str) -> int | None:
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sizes", default="1e6,1.6e7")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = [f"device: {args.device}, torch {torch.__version__}, bf16 result/eager, fp64 golden, median of {args.repeat}", "",
+            "| elements | fusecheck.compare (3 pairs, all metrics) | assert_close (1 pair) | separate fp64 ops (3 pairs) "
+            "| ratio vs assert_close | ratio vs fp64 ops | extra memory: fusecheck / fp64 ops |",
+            "|---|---|---|---|---|---|---|"]
+    for size in [int(float(s)) for s in args.sizes.split(",")]:
+        g = torch.randn(size, dtype=torch.float64, device=args.device)
+        ref = g.to(torch.bfloat16)
+        res = (g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16)
+        ours = timeit(lambda: compare(res, ref, g), args.device, args.repeat)
+        ac = timeit(lambda: assert_close(res, ref), args.device, args.repeat)
+        naive = timeit(lambda: naive_three_pairs(res, ref, g), args.device, args.repeat)
+        m_ours = peak_extra_bytes(lambda: compare(res, ref, g), args.device)
+        m_naive = peak_extra_bytes(lambda: naive_three_pairs(res, ref, g), args.device)
+        mem = "-" if m_ours is None else f"{m_ours / 2**20:.0f} MiB / {m_naive / 2**20:.0f} MiB"
+        rows.append(f"| {size:,} | {ours * 1e3:.1f} ms | {ac * 1e3:.1f} ms | {naive * 1e3:.1f} ms | "
+                    f"{ours / ac:.2f}x | {ours / naive:.2f}x | {mem} |")
+    text = "\n".join(rows)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
