@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from . import graph_kinds as gk
-from .compat import require_attr, require_config, require_module
+from .compat import require_attr, require_config, require_module, require_own
 from .hooks import fusion_veto, inline_veto, ir_kind, node_traits
 from .toggle import Toggle
 
@@ -122,8 +122,7 @@ def _apply_horizontal(stack: contextlib.ExitStack) -> None:
     name = "fusion.horizontal"
     from torch._inductor import config
 
-    sched = require_attr("torch._inductor.scheduler", "Scheduler", name)
-    require_attr("torch._inductor.scheduler", "Scheduler.create_foreach_nodes", name)
+    sched = require_own("torch._inductor.scheduler", "Scheduler", "create_foreach_nodes", name)
     patch = require_config({"combo_kernels": False}, name)
     cm = fusion_veto(_horizontal_pair, toggle=name)
     stack.enter_context(config.patch(patch))

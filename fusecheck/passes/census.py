@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from .compat import require_attr, require_config
+from .compat import require_config, require_own
 from .salt import salted
 
 _KERNEL_TO_POST = ("cppCodeToPost", "tritonCodeToPost")
@@ -308,8 +308,7 @@ def _backward_provenance() -> Iterator[None]:
 def collecting_census() -> Iterator[KernelCensus]:
     """Collect the census of every Inductor graph compiled (or loaded from cache) inside. Nestable."""
     what = "kernel census"
-    cls = require_attr("torch._inductor.output_code", "CompiledFxGraph", what)
-    require_attr("torch._inductor.output_code", "CompiledFxGraph.post_compile", what)
+    cls = require_own("torch._inductor.output_code", "CompiledFxGraph", "post_compile", what)
     patch = require_config({"trace.provenance_tracking_level": 1}, what)
     from torch._inductor import config
 

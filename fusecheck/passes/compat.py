@@ -48,3 +48,11 @@ def require_config(keys: dict[str, Any], toggle: str) -> dict[str, Any]:
                 raise _missing(f"torch._inductor.config.{key}", toggle)
             obj = getattr(obj, part)
     return dict(keys)
+
+
+def require_own(path: str, cls_name: str, attr: str, toggle: str) -> Any:
+    """Return class ``cls_name`` from ``path`` that defines ``attr`` itself (not inherited) - it gets patched."""
+    cls = require_attr(path, cls_name, toggle)
+    if attr not in vars(cls):
+        raise _missing(f"{path}.{cls_name}.{attr}", toggle)
+    return cls

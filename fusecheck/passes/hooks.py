@@ -30,7 +30,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from .compat import require_attr
+from .compat import require_attr, require_own
 
 FusionVeto = Callable[[Any, Any, str], bool]
 InlineVeto = Callable[[torch.fx.Node, Any], bool]
@@ -141,8 +141,7 @@ def inline_veto(fn: InlineVeto, *, toggle: str = "inline_veto") -> ContextManage
 
     Checks the installed torch immediately (ToggleUnsupported), patches on ``__enter__``.
     """
-    graph_cls = require_attr("torch._inductor.graph", "GraphLowering", toggle)
-    require_attr("torch._inductor.graph", "GraphLowering.run_node", toggle)
+    graph_cls = require_own("torch._inductor.graph", "GraphLowering", "run_node", toggle)
     for attr in ("TensorBox.realize", "StorageBox", "BaseView", "Pointwise", "Reduction"):
         require_attr("torch._inductor.ir", attr, toggle)
     return _inline_veto(graph_cls, fn)

@@ -1,0 +1,168 @@
+"""Scoping, nesting, restoring, error messages and the cache guarantee of ``toggled``."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from fusecheck.passes import ToggleError, ToggleUnsupported, active, toggled
+from fusecheck.passes.census import collecting_census
+from fusecheck.passes.hooks import fusion_veto, inline_veto
+
+
+def chain(x):
+    return ((x * 2 + 1).sin() * 3 - x).cos()
+
+
+def _state():
+    from torch._inductor import config
+    from torch._inductor import decomposition
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.scheduler import Scheduler
+    from torch._inductor.virtualized import V
+
+    return {
+        "config": {k: getattr(config, k) for k in (
+            "post_grad_custom_pre_pass", "custom_partitioner_fn", "pattern_matcher", "emulate_precision_casts",
+            "split_reductions", "fallback_random", "max_autotune", "epilogue_fusion", "unroll_reductions_threshold",
+            "combo_kernels")} | {"provenance": config.trace.provenance_tracking_level},
+        "run_node": GraphLowering.__dict__["run_node"],
+        "foreach": Scheduler.__dict__["create_foreach_nodes"],
+        "choices": type(V.choices),
+        "decomps": (decomposition.decompositions, decomposition.fast_random_decomps),
+    }
+
+
+def test_unknown_toggle_lists_the_known_names():
+    with pytest.raises(ToggleError, match="unknown toggle 'fusion.everything'.*fusion.pointwise.*split_reductions"):
+        with toggled(["fusion.everything"]):
+            pass
+
+
+def test_every_toggle_and_all_together_restore_everything_they_touched():
+    from fusecheck.passes import TOGGLES
+
+    before = _state()
+    for name in TOGGLES:
+        with toggled([name]):
+            assert name in active()
+        assert _state() == before, name
+    with toggled(list(TOGGLES)):
+        assert _state() != before
+    assert _state() == before and active() == ()
+
+
+def test_nesting_adds_toggles_and_unwinds_in_order():
+    from torch._inductor import config
+
+    with toggled(["split_reductions"]):
+        outer = config.post_grad_custom_pre_pass
+        with toggled(["emulate_precision_casts", "split_reductions"]):
+            assert active() == ("split_reductions", "emulate_precision_casts")
+            assert config.emulate_precision_casts and not config.split_reductions
+            assert config.post_grad_custom_pre_pass.uuid() != outer.uuid()
+        assert active() == ("split_reductions",) and not config.emulate_precision_casts
+        assert config.post_grad_custom_pre_pass is outer
+    assert active() == ()
+
+
+def test_a_toggle_fails_before_touching_anything():
+    before = _state()
+    with pytest.raises(ToggleError):
+        with toggled(["split_reductions", "nope"]):
+            pass
+    assert _state() == before
+
+
+@pytest.mark.parametrize("name, target, attr", [
+    ("fusion.pointwise", "torch._inductor.virtualized._V", "set_choices_handler"),
+    ("decompositions", "torch._inductor.decomposition", "fast_random_decomps"),
+    ("fusion.horizontal", "torch._inductor.scheduler.Scheduler", "create_foreach_nodes"),
+    ("partitioner.no_recompute", "torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
+])
+def test_missing_inductor_attribute_is_a_clear_unsupported_error(monkeypatch, name, target, attr):
+    import importlib
+
+    module_path, _, cls_name = target.rpartition(".")
+    try:
+        obj = importlib.import_module(target)
+    except ImportError:
+        obj = getattr(importlib.import_module(module_path), cls_name)
+    monkeypatch.delattr(obj, attr)
+    with pytest.raises(ToggleUnsupported, match=rf"{re.escape(name)}.*torch {re.escape(torch.__version__)}.*{attr}"):
+        with toggled([name]):
+            pass
+
+
+def test_missing_config_key_is_unsupported(monkeypatch):
+    from torch._inductor import config
+
+    monkeypatch.setattr(type(config), "__getattr__", _hide("emulate_precision_casts", type(config).__getattr__))
+    with pytest.raises(ToggleUnsupported, match="torch._inductor.config.emulate_precision_casts"):
+        with toggled(["emulate_precision_casts"]):
+            pass
+
+
+def _hide(key, orig):
+    def getattr_(self, name):
+        if name == key:
+            raise AttributeError(name)
+        return orig(self, name)
+
+    return getattr_
+
+
+def test_a_compiled_module_is_not_reused_across_toggle_sets():
+    x = torch.randn(8, 32)
+    cf = torch.compile(chain)
+    with collecting_census() as first:
+        cf(x)
+    with toggled(["fusion.pointwise"]), collecting_census() as toggled_census:
+        cf(x)  # same compiled object: must recompile under the toggle, not reuse the fused kernel
+    with collecting_census() as again:
+        cf(x)
+    assert first.n_kernels == 1 and toggled_census.n_kernels == 6 and again.n_kernels == 1
+
+
+def test_salt_wraps_and_still_runs_a_users_custom_pass():
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    calls = []
+
+    class Counting(CustomGraphPass):
+        def __call__(self, graph):
+            calls.append(len(graph.nodes))
+
+        def uuid(self):
+            return "counting-v1"
+
+    user_pass = Counting()
+    with config.patch(post_grad_custom_pre_pass=user_pass, fx_graph_cache=False):
+        with toggled(["fusion.pointwise"]):
+            assert config.post_grad_custom_pre_pass.inner is user_pass
+            torch.compile(chain)(torch.randn(4, 8))
+        assert config.post_grad_custom_pre_pass is user_pass
+    assert calls, "the user's pass did not run under the salt"
+
+
+def test_hooks_report_kinds_and_graph_order():
+    seen_fusions, seen_nodes = [], []
+
+    def veto_all(n1, n2, kind):
+        seen_fusions.append(kind)
+        return True
+
+    def realize_all(node, value):
+        seen_nodes.append(node.name)
+        return True
+
+    from torch._inductor import config
+
+    with config.patch(force_disable_caches=True), inline_veto(realize_all), fusion_veto(veto_all), \
+            collecting_census() as c:
+        torch.compile(lambda x: (x.sin() + 1, x.cos()))(torch.randn(4, 8))
+    assert set(seen_fusions) == {"vertical", "horizontal"}
+    assert seen_nodes == ["sin", "add", "cos"]
+    assert c.n_fused_kernels == 0 and c.n_kernels == 3
