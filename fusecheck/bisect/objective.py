@@ -6,9 +6,11 @@ over all outputs and ratio checks (<= 1: within every limit). No second verdict 
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ class Trial:
     seconds: float
     error: str | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    captured: Any = None  # attribution.Captured when the trial captured its graphs
 
     @property
     def passed(self) -> bool:
@@ -94,16 +97,21 @@ def severity(report: CheckReport) -> float:
     return max((row_severity(r, report.policy) for r in report.rows), default=0.0)
 
 
-def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan]) -> Trial:
-    """Compile and check `case` once with the gates set to `plans`; caches off so the gates really act."""
+def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan], *, capture: bool = False) -> Trial:
+    """Compile and check `case` once with the gates set to `plans`; caches off so the gates really act.
+    `capture` keeps the post-grad graphs and their inputs for per-kernel attribution."""
+    from fusecheck.bisect.attribution import capturing
+
     t = time.perf_counter()
     unavailable: dict[str, str] = {}
     report, error = None, None
-    with torch._inductor.config.patch(force_disable_caches=True), \
-            gated(plans, opts.kinds, unavailable) as log:
+    with warnings.catch_warnings(), torch._inductor.config.patch(force_disable_caches=True), \
+            gated(plans, opts.kinds, unavailable) as log, \
+            (capturing() if capture else contextlib.nullcontext()) as captured:
+        warnings.filterwarnings("ignore", message=".*force_disable_caches.*")
         try:
             report = run_check(case, dtype=opts.dtype, device=opts.device, train=opts.train,
                                policy=opts.policy, seed=opts.seed)
         except CompileError as exc:
             error = str(exc)
-    return Trial(plans, report, dict(log.decisions), time.perf_counter() - t, error, unavailable)
+    return Trial(plans, report, dict(log.decisions), time.perf_counter() - t, error, unavailable, captured)

@@ -90,11 +90,11 @@ class Search:
             plans[limit[0]] = Plan(limit[1], plans[limit[0]].blocked)
         return plans
 
-    def probe(self, **plan_args: Any) -> Trial:
+    def probe(self, capture: bool = False, **plan_args: Any) -> Trial:
         if self.compiles >= self.max_compiles:
             raise BudgetSpent
         self.compiles += 1
-        trial = run_trial(self.case, self.opts, self.plans(**plan_args))
+        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture)
         self.unavailable.update(trial.unavailable)
         return trial
 
@@ -135,7 +135,20 @@ class Search:
         return decisions[hi - 1]
 
 
-def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 40,
+def kernels_of(census: Any, decision: Decision) -> list[str]:
+    """Kernels that the decision's FX nodes ended up in, from the kernel census of the compile."""
+    if census is None or not decision.fx_nodes:
+        return []
+    out: list[str] = []
+    for name in decision.fx_nodes:
+        fid = f"g{decision.graph}/{name}"
+        if fid in census.graph:
+            out += [census.graph.nodes[k]["name"] for k in census.graph.successors(fid)
+                    if census.graph.nodes[k]["name"] not in out]
+    return out
+
+
+def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 40, attribution: bool = True,
            progress: Callable[[str], None] | None = None) -> BisectResult:
     """Find the compiler decisions that make `case` compiled worse than eager against the golden."""
     import time
@@ -144,14 +157,20 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
     s = Search(case, opts or TrialOptions(), max_compiles, progress)
     culprits: list[Culprit] = []
 
+    kernel_rows: list[Any] = []
+
     def done(status: str, message: str, base: Trial | None, final: Trial | None) -> BisectResult:
         s.say("done", message)
+        census = getattr(base.report, "census", None) if base and base.report else None
+        for c in culprits:
+            c.kernels = kernels_of(census, c.decision)
         return BisectResult(status, message, base.summary() if base else None, culprits, s.compiles, max_compiles,
                             {k: len(v) for k, v in (base.decisions if base else {}).items()},
-                            final.summary() if final else None, s.unavailable, [], time.perf_counter() - t0, s.lines)
+                            final.summary() if final else None, s.unavailable, kernel_rows,
+                            time.perf_counter() - t0, s.lines)
 
     try:
-        base = s.probe()
+        base = s.probe(capture=attribution)
     except BudgetSpent:
         return done("no_culprit", "--max-compiles allows no compile", None, None)
     if base.error:
@@ -163,6 +182,15 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
                     "not bisecting a nondeterministic target", base, None)
     if base.passed:
         return done("pass", "the target already passes: compiled is not worse than eager", base, base)
+
+    if attribution:
+        from fusecheck.bisect.attribution import attribute
+        rows, notes = attribute(base.captured, base.report.census, base.report.policy)
+        kernel_rows.extend(rows)
+        worse = [r for r in rows if r.worse]
+        s.say("kernels", f"{len(rows)} kernel outputs judged alone; worse than eager: "
+              + (", ".join(f"{r.kernel} ({r.output})" for r in worse) or "none")
+              + "".join(f"; {n}" for n in notes))
 
     current = base
     try:
