@@ -131,6 +131,18 @@ def _movement(row: MatrixRow, ref: MatrixRow) -> float:
     return max(moves, default=0.0)
 
 
+def mark_most_moved(rows: list[MatrixRow]) -> None:
+    """Set each row's movement against its reference row; mark the largest (none if nothing moved)."""
+    by_name = {r.name: r for r in rows if r.report is not None}
+    for row in rows:
+        ref = by_name.get(row.reference) if row.reference else None
+        if row.report is not None and ref is not None:
+            row.movement = _movement(row, ref)
+    movers = [r for r in rows if r.report is not None and r.reference and r.movement > 0]
+    if movers:
+        max(movers, key=lambda r: r.movement).most = True
+
+
 def plan(toggles: Sequence[str] | None) -> list[str]:
     """Toggle names for the matrix: the requested ones (validated), or every toggle but reference-only ones."""
     if toggles is None:
@@ -166,7 +178,7 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     report.rows.append(base)
     graphs = [g.gm for g in base.report.graphs]
     reasons = applicability([n for n in names if n not in unsupported], graphs,
-                            train=run_check_kwargs.get("train"))
+                            train=bool(run_check_kwargs.get("train", False)))
     reasons.update(unsupported)
 
     wanted = [n for n in names if reasons.get(n) is None]
@@ -179,25 +191,17 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     if all_together and len([n for n in wanted if n not in REFERENCE_ONLY]) > 1:
         together = tuple(n for n in wanted if n not in REFERENCE_ONLY)
         rows.append(MatrixRow(ALL, together, reference=BASELINE))
-    by_name = {BASELINE: base}
     for row in rows:
         try:
             row.report = run_check(case, toggles=row.toggles, **run_check_kwargs)
         except (CompileError, ToggleError) as exc:
             row.skipped = f"error: {exc}"
-        by_name[row.name] = row
         report.rows.append(row)
     for name in names:
         if reasons.get(name) is not None:
             report.rows.append(MatrixRow(name, (name,), skipped=reasons[name]))
 
-    for row in report.rows:
-        ref = by_name.get(row.reference) if row.reference else None
-        if row.report is not None and ref is not None and ref.report is not None:
-            row.movement = _movement(row, ref)
-    movers = [r for r in report.rows if r.report is not None and r.reference and r.movement > 0]
-    if movers:
-        max(movers, key=lambda r: r.movement).most = True
+    mark_most_moved(report.rows)
     return report
 
 
