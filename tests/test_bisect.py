@@ -1,0 +1,144 @@
+"""fusecheck bisect: each planted culprit is named exactly, two together are both found, a benign
+bit-changing fusion is not blamed, a nondeterministic compiler is reported, numbering is deterministic."""
+import json
+
+import pytest
+import torch
+
+from fusecheck.bisect import TrialOptions, bisect, run_trial
+from fusecheck.bisect.gates import Plan
+from fusecheck.case import Case
+from tests.planted import decomposition, fusion, inlining, nondeterministic, pattern_pass, targets
+
+BUDGET = 30
+
+
+def _case(builder, name):
+    torch.manual_seed(0)
+    model, x = builder()
+    return Case(model, (x,), name)
+
+
+def _bisect(plants, builder, name, **kw):
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        for p in plants:
+            stack.enter_context(p.planted())
+        return bisect(_case(builder, name), TrialOptions(**kw), max_compiles=BUDGET)
+
+
+@pytest.fixture(scope="module")
+def pattern_result():
+    return _bisect([pattern_pass], targets.sum_norm, "sum_norm")
+
+
+@pytest.fixture(scope="module")
+def decomposition_result():
+    return _bisect([decomposition], targets.standardize, "standardize")
+
+
+@pytest.fixture(scope="module")
+def fusion_result():
+    return _bisect([fusion], targets.center, "center")
+
+
+@pytest.fixture(scope="module")
+def inlining_result():
+    return _bisect([inlining], targets.exp_mix, "exp_mix")
+
+
+def _only_culprit(result):
+    assert result.status == "culprits" and result.exit_code == 1, result.log
+    assert len(result.culprits) == 1, [c.decision.name for c in result.culprits]
+    c = result.culprits[0]
+    assert not c.partial and c.without_it["passed"] and not c.with_it["passed"]
+    assert result.compiles <= BUDGET
+    return c
+
+
+def test_pattern_pass_culprit_named(pattern_result):
+    c = _only_culprit(pattern_result)
+    assert c.decision.kind == "pattern"
+    assert "tests.planted.pattern_pass.lossy_sum_rewrite" in c.decision.name
+    assert "planted_lossy_sum" in c.decision.name   # the pass it ran in
+
+
+def test_decomposition_culprit_named(decomposition_result):
+    c = _only_culprit(decomposition_result)
+    assert c.decision.kind == "decomposition"
+    assert "aten.var_mean.correction" in c.decision.name and "naive_var_mean" in c.decision.name
+
+
+def test_fusion_culprit_named_with_nodes_and_kernel(fusion_result):
+    c = _only_culprit(fusion_result)
+    assert c.decision.kind == "fusion"
+    assert {"mean", "sub"} <= set(c.decision.fx_nodes)
+    assert c.kernels, "the fused FX nodes should be traced to their kernel"
+    # per-kernel attribution names the same kernel as worse than eager, on its own
+    worse = {r.kernel for r in fusion_result.kernels if r.worse}
+    assert set(c.kernels) & worse
+
+
+def test_inlining_culprit_named(inlining_result):
+    c = _only_culprit(inlining_result)
+    assert c.decision.kind == "inlining"
+    assert c.decision.fx_nodes[0] == "exp" and "exp" in c.decision.ops[0]
+    assert any(r.worse for r in inlining_result.kernels)
+
+
+def test_attribution_quiet_on_graph_level_bug(decomposition_result):
+    """The decomposed graph is what the kernel implements faithfully: no kernel is blamed for it."""
+    assert decomposition_result.kernels and not any(r.worse for r in decomposition_result.kernels)
+
+
+def test_two_culprits_both_found():
+    result = _bisect([decomposition, inlining], targets.standardize_exp, "standardize_exp")
+    assert result.status == "culprits", result.log
+    kinds = [c.decision.kind for c in result.culprits]
+    assert sorted(kinds) == ["decomposition", "inlining"], [c.decision.name for c in result.culprits]
+    first, second = result.culprits
+    assert first.partial and not second.partial            # one alone only partly fixes it
+    assert first.without_it["severity"] < first.with_it["severity"]
+    assert second.without_it["passed"]
+
+
+def test_benign_bit_changes_not_blamed():
+    """bf16: compiled differs from eager in many bits (fp32 intermediates) but is not worse: no culprit."""
+    case = _case(targets.benign, "benign")
+    result = bisect(case, TrialOptions(dtype="bf16"), max_compiles=BUDGET)
+    assert result.status == "pass" and result.exit_code == 0 and not result.culprits
+    rows = result.baseline["rows"]
+    assert any(r["code"] != "bitwise_equal" for r in rows.values()), "the case must change bits to mean anything"
+    assert result.compiles == 1
+
+
+def test_nondeterministic_reported_not_bisected():
+    result = _bisect([nondeterministic], targets.exp_mix, "exp_mix")
+    assert result.status == "nondeterministic" and result.exit_code == 3
+    assert result.compiles == 1 and not result.culprits
+
+
+def test_decision_numbering_is_deterministic():
+    case = _case(targets.center, "center")
+    a = run_trial(case, TrialOptions(), {})
+    b = run_trial(case, TrialOptions(), {})
+    keys = lambda t: {k: [d.key for d in v] for k, v in t.decisions.items()}  # noqa: E731
+    assert keys(a) == keys(b) and keys(a)["fusion"]
+    # allow_first(0) refuses every fusion: none is allowed, and the count of seen decisions is the same
+    c = run_trial(case, TrialOptions(), {"fusion": Plan(0)})
+    assert c.decisions["fusion"] and not any(d.allowed for d in c.decisions["fusion"])
+
+
+def test_cli_passing_target_and_json(tmp_path):
+    from fusecheck.cli import main
+    out = tmp_path / "b.json"
+    code = main(["bisect", "tests/planted/targets.py:benign", "--dtype", "bf16", "--json", str(out),
+                 "--max-compiles", "3"])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["status"] == "pass" and data["compiles"] == 1
+
+
+def test_cli_bad_usage():
+    from fusecheck.cli import main
+    assert main(["bisect", "tests/planted/targets.py:benign", "--kinds", "nonsense"]) == 2
