@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
         raise ValueError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+    for module in spec.preload_modules:
+        importlib.import_module(module)
     t0 = time.monotonic()
     pool = pool or get_pool(world, backend, timeout_s)
     outcome = pool.run(task)

@@ -29,6 +29,10 @@ class DistSpec:
     shapes: list[dict[str, int]] = []
     #: outputs must be bitwise identical on every rank (e.g. anything after an all_reduce)
     outputs_agree: bool = False
+    #: backends the op can run on (empty: any); `requirement()` says what the others lack
+    backends: tuple[str, ...] = ()
+    #: modules the parent imports before it forks the ranks, so each rank does not pay for them again
+    preload_modules: tuple[str, ...] = ()
 
     def make_inputs(self, shape: dict[str, int], rank: int, world: int, seed: int,
                     dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -68,8 +72,8 @@ class DistSpec:
         chunks = int(self.tiling.get("chunks", 1)) or 1
         return max(1, -(-rows // chunks))
 
-    def describe(self) -> str:
-        return type(self).__name__
+    def requirement(self) -> str:
+        return f"{type(self).__name__} supports backends {', '.join(self.backends) or 'any'}"
 
 
 def load_spec(ref: str, **kwargs) -> DistSpec:

@@ -17,7 +17,9 @@ def wilson_interval(failures: int, runs: int, z: float = Z95) -> tuple[float, fl
     den = 1 + z * z / runs
     centre = (p + z * z / (2 * runs)) / den
     half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if failures == 0 else max(0.0, centre - half)
+    hi = 1.0 if failures == runs else min(1.0, centre + half)
+    return lo, hi
 
 
 def rate_summary(failures: int, runs: int) -> dict:

@@ -1,0 +1,78 @@
+"""Each planted bug is caught, and the diagnosis names the layer it lives in (bugs: tests/test_dist_planted.py)."""
+from __future__ import annotations
+
+import pytest
+
+from fusecheck.dist.report import render
+from fusecheck.dist.runner import check
+from fusecheck.dist.task import CheckTask
+
+PLANTED = "tests/test_dist_planted.py"
+
+
+def run(cls, world=2, **kw):
+    return check(CheckTask(f"{PLANTED}:{cls}", **kw), world)
+
+
+def verdicts(rep):
+    return {name: s.status for name, s in rep.layers.items()}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_wrong_rank_order_is_communication(world):
+    rep = run("WrongRankOrder", world, repeat=2)
+    assert verdicts(rep) == {"comm": "FAIL", "compute": "PASS", "whole": "FAIL"}, render(rep)
+    assert rep.diagnosis.cause.startswith("communication")
+    assert set(rep.layers["comm"].classes) == {"misrouted"}
+    # rank 0's output slot 0 holds rank 1's block 0 (the block of src 0 went to slot 1, src W-1's to slot 0)
+    assert any(f"hold rank {world - 1}'s block 0 (row 0) where rank 0's block 0 (row 0) belongs" in line
+               for line in rep.layers["comm"].decoded)
+
+
+def test_chunk_offset_off_by_one_is_communication_not_a_race():
+    rep = run("ChunkOffsetOffByOne", 2, repeat=3)
+    assert verdicts(rep) == {"comm": "FAIL", "compute": "PASS", "whole": "FAIL"}, render(rep)
+    assert rep.diagnosis.cause.startswith("communication")
+    assert rep.layers["comm"].classes.keys() >= {"shifted", "unwritten"}
+    assert rep.layers["comm"].nondeterministic_shapes == []     # same wrong bits every run: layout, not timing
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bf16_accumulation_is_compute(dtype):
+    rep = run("Bf16Accumulation", 2, dtype=dtype)
+    assert verdicts(rep) == {"comm": "PASS", "compute": "FAIL", "whole": "FAIL"}, render(rep)
+    assert rep.diagnosis.cause == "compute"
+    assert rep.layers["compute"].codes.keys() == {"worse_than_eager"}
+
+
+def test_dropped_nan_is_compute_nan_propagation():
+    rep = run("DropsNaN", 2)
+    assert verdicts(rep) == {"comm": "PASS", "compute": "FAIL", "whole": "PASS"}, render(rep)
+    assert rep.diagnosis.cause.startswith("compute (NaN/Inf propagation")
+    assert rep.layers["compute"].codes.keys() == {"nan_inf_mismatch"}
+    assert all(v.startswith("nan_inf") for v in rep.layers["compute"].variants_failed)
+
+
+# Missing wait under --stress: each run sleeps 0-20 ms before every collective on every rank, so a consumer that
+# skips the wait reads its chunk before the slowest peer has even joined that gather, in nearly every run
+# (measured here: 30/30 runs at 2 and 4 ranks, Wilson 95% lower bound 0.88). With 10 runs, even a per-run
+# rate of 0.5 misses all of them with probability 0.5**10 < 0.1%. The correct kernel under the same stress
+# must have no failure at all.
+STRESS_RUNS = 10
+
+
+@pytest.mark.parametrize("cls", ["MissingWait", "SharedRecvBuffer"])
+def test_races_are_synchronization_under_stress(cls):
+    rep = run(cls, 2, repeat=STRESS_RUNS, stress=True, shapes=[{"m": 8, "k": 16, "n": 8}])
+    whole = rep.layers["whole"]
+    assert rep.status == "FAIL" and whole.failed_runs >= 1, render(rep)
+    assert rep.diagnosis.cause.startswith("synchronization"), render(rep)
+    stats = rep.to_dict()["whole_failure_rate"]
+    assert stats["bound"].startswith("Wilson") and stats["ci95_low"] <= stats["rate"] <= stats["ci95_high"]
+
+
+def test_correct_kernel_under_the_same_stress_never_fails():
+    rep = check(CheckTask("kernels/ag_gemm.py:AllGatherGemm", repeat=STRESS_RUNS, stress=True,
+                          shapes=[{"m": 8, "k": 16, "n": 8}]), 2)
+    assert rep.status == "PASS", render(rep)
+    assert rep.layers["whole"].runs == STRESS_RUNS and rep.layers["comm"].nondeterministic_shapes == []

@@ -1,0 +1,56 @@
+"""The reference fused kernels pass every layer at several world sizes, dtypes and seeds, with shapes that do
+not divide the chunk size; torch's symmetric-memory ops run through the same specs (Python fallbacks on gloo)."""
+from __future__ import annotations
+
+import pytest
+
+from fusecheck.dist import load_spec
+from fusecheck.dist.pool import RankPool
+from fusecheck.dist.report import render
+from fusecheck.dist.runner import check
+from fusecheck.dist.task import CheckTask
+
+KERNELS = ["kernels/ag_gemm.py:AllGatherGemm", "kernels/gemm_rs.py:GemmReduceScatter",
+           "kernels/a2a_reorder.py:ReverseAllToAllReorder", "kernels/ar_rmsnorm.py:AllReduceRMSNorm"]
+ROWS = {"m": "m", "t": "t", "s": "s"}   # the chunked dimension of each kernel's shapes
+
+
+@pytest.mark.parametrize("ref", KERNELS)
+def test_default_shapes_include_chunk_tails(ref):
+    spec = load_spec(ref)
+    chunks = spec.tiling["chunks"]
+    rows = [next(v for k, v in shape.items() if k in ROWS) for shape in spec.shapes]
+    assert any(r % chunks for r in rows), f"{ref}: no shape leaves a tail chunk"
+
+
+@pytest.mark.parametrize("ref", KERNELS)
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("dtype, seed", [("float32", 0), ("bfloat16", 11)])
+def test_correct_kernels_pass_every_layer(ref, world, dtype, seed):
+    task = CheckTask(ref, dtype=dtype, seed=seed, repeat=2)
+    rep = check(task, world)
+    assert rep.status == "PASS", render(rep)
+    shapes = len(rep.spec.shapes)
+    assert rep.layers["comm"].runs == rep.layers["whole"].runs == 2 * shapes
+    assert rep.layers["compute"].runs >= 2 * shapes          # finite inputs + NaN/Inf in each tensor
+    assert len(rep.results) == world * sum(s.runs for s in rep.layers.values())
+    if rep.spec.outputs_agree:
+        assert rep.cross["status"] == "PASS"
+
+
+def test_layer1_tags_widen_when_the_dtype_cannot_hold_them():
+    rep = check(CheckTask(KERNELS[0], dtype="bfloat16", shapes=[{"m": 8, "k": 16, "n": 4}],
+                          layers=("comm",)), 4)
+    assert rep.status == "PASS"
+    assert {r["tag_dtype"] for r in rep.results} == {"float32"}   # 4 x 128 tags > 256, bf16's exact range
+
+
+@pytest.mark.parametrize("cls", ["SymmMemAllGatherMatmul", "SymmMemMatmulReduceScatter"])
+def test_torch_symm_mem_specs_via_python_fallback(cls):
+    ref = f"kernels/symm_mem_ops.py:{cls}"
+    spec = load_spec(ref, impl="fallback")
+    for module in spec.preload_modules:      # before the fork, so the ranks inherit it
+        __import__(module)
+    with RankPool(2, timeout_s=30) as pool:
+        rep = check(CheckTask(ref, spec_kwargs={"impl": "fallback"}, repeat=2), 2, pool=pool)
+    assert rep.status == "PASS", render(rep)

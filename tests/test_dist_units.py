@@ -1,0 +1,141 @@
+"""Unit tests of `fusecheck dist` parts that need no ranks: tags, collectives, stats, diagnosis, stress, backends."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fusecheck.dist import stress
+from fusecheck.dist.backends import BackendUnavailable, select_backend
+from fusecheck.dist.collectives import COLLECTIVES
+from fusecheck.dist.diagnosis import Facts, diagnose
+from fusecheck.dist.stats import wilson_interval
+from fusecheck.dist.summary import LayerSummary
+from fusecheck.dist.tags import MOVE, SUM, explain
+
+
+@pytest.mark.parametrize("scheme", [MOVE, SUM])
+@pytest.mark.parametrize("world", [2, 4])
+def test_tags_decode_to_their_source(scheme, world):
+    shape = (5, 3)
+    for rank in range(world):
+        tags = scheme.encode(rank, world, shape, torch.float32)
+        if scheme is MOVE:
+            origins = scheme.decode(tags.reshape(-1), world, 15)
+            assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", (rank,), i) for i in range(15)]
+    if scheme is SUM:
+        total = sum(scheme.encode(r, world, shape, torch.float32) for r in range(world))
+        origins = scheme.decode(total.reshape(-1), world, 15)
+        assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", tuple(range(world)), i) for i in range(15)]
+
+
+def test_tag_dtype_is_exact_or_wider():
+    assert MOVE.dtype_for(torch.bfloat16, 2, 64) is torch.bfloat16       # 128 <= 2**8
+    assert MOVE.dtype_for(torch.bfloat16, 4, 100) is torch.float32       # 400 > 2**8: not exact in bf16
+    assert SUM.dtype_for(torch.float32, 4, 2**20) is torch.float64       # 4*(2**20+1)*16 > 2**24
+
+
+def _gather(world, shape, swap=None):
+    tags = [MOVE.encode(r, world, shape, torch.float32) for r in range(world)]
+    expected = COLLECTIVES["all_gather"].deliver(tags, 0)
+    if swap:
+        tags[swap[0]], tags[swap[1]] = tags[swap[1]], tags[swap[0]]
+    return torch.cat(tags), expected
+
+
+def test_explain_names_wrong_rank_shift_unwritten_and_garbage():
+    got, expected = _gather(3, (4, 2), swap=(0, 2))
+    lines, classes = explain(got, expected, MOVE, 3, 8, 2, 2, rank=1)
+    assert classes == {"misrouted": 16}
+    assert any("hold rank 2's block 0 (row 0) where rank 0's block 0 (row 0) belongs" in l for l in lines)
+
+    got, expected = (t.reshape(-1) for t in _gather(2, (4, 2)))
+    got[2:6] = expected[4:8].clone()       # rank 0's rows 1, 2 hold its rows 2, 3
+    got[6:8] = float("nan")                # row 3 never written
+    got[8] = 12345.5                       # stale workspace value where rank 1's row 0 belongs
+    lines, classes = explain(got, expected, MOVE, 2, 8, 2, 2, rank=0)
+    assert classes == {"shifted": 4, "unwritten": 2, "garbage": 1}
+    assert any("shifted by +1 row" in l for l in lines)
+
+
+def test_explain_names_a_missing_reduction_contribution():
+    world, shape = 3, (2, 2)
+    tags = [SUM.encode(r, world, shape, torch.float32) for r in range(world)]
+    expected = COLLECTIVES["all_reduce"].deliver(tags, 0)
+    got = tags[0] + tags[2]                 # rank 1's contribution lost
+    lines, classes = explain(got, expected, SUM, world, 4, 2, 1, rank=0)
+    assert classes == {"missing_ranks": 4} and "missing rank(s) 1" in lines[0]
+
+
+def test_collective_invariants():
+    xs = [torch.arange(8.0).reshape(4, 2) + 100 * r for r in range(2)]
+    c = COLLECTIVES
+    assert torch.equal(c["all_gather"].deliver(xs, 1), torch.cat(xs))
+    assert torch.equal(c["all_reduce"].deliver(xs, 0), xs[0] + xs[1])
+    assert torch.equal(c["reduce_scatter"].deliver(xs, 1), (xs[0] + xs[1])[2:])
+    assert torch.equal(c["all_to_all_single"].deliver(xs, 1), torch.cat([xs[0][2:], xs[1][2:]]))
+    assert c["reduce_scatter"].precondition([torch.zeros(3, 2)] * 2, 2) is not None
+    assert c["all_gather"].precondition([torch.zeros(3, 2), torch.zeros(2, 2)], 2) is not None
+
+
+def test_wilson_interval_known_values():
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = wilson_interval(5, 10)
+    assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+
+
+def _facts(comm="PASS", compute="PASS", whole="PASS", whole_ranks=(), world=4, outcome="ok", **kw):
+    def s(name, status, **extra):
+        x = LayerSummary(name, status, runs=4, failed_runs=4 if status == "FAIL" else 0, **extra)
+        return x
+    w = s("whole", whole, ranks_per_failed_run=[list(whole_ranks)] * (4 if whole == "FAIL" else 0),
+          failing_ranks=list(whole_ranks))
+    return Facts(s("comm", comm, **kw), s("compute", compute), w, {"status": "PASS"}, outcome, [], "", world)
+
+
+@pytest.mark.parametrize("facts, cause", [
+    (_facts(), "none"),
+    (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3)), "communication"),
+    (_facts(compute="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3)), "compute"),
+    (_facts(whole="FAIL", whole_ranks=(1, 2)), "layout / rank order"),
+    (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3), nondeterministic_shapes=[0]), "synchronization"),
+    (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3)), "interaction"),
+])
+def test_diagnosis_rules(facts, cause):
+    assert diagnose(facts).cause.startswith(cause)
+
+
+def test_stress_wraps_and_restores_dist_calls(monkeypatch):
+    calls = []
+
+    class Work:
+        def wait(self):
+            calls.append("wait")
+
+    monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: calls.append("call") or Work())
+    original = dist.all_reduce
+    cfg = stress.StressConfig(max_delay_ms=30, placement="both", seed=1)
+    t0 = time.perf_counter()
+    with stress.injected_delays(cfg, rank=0):
+        assert dist.all_reduce is not original
+        dist.all_reduce(torch.zeros(1), async_op=True).wait()
+    assert dist.all_reduce is original and calls == ["call", "wait"]
+    assert time.perf_counter() - t0 > 0   # delays are random in [0, 30 ms]; wrapping itself is what is tested
+    assert {p for p in stress.PLACEMENTS} == {stress.StressConfig.for_run(i, 1, 0).placement for i in range(3)}
+
+
+def test_backend_selection_on_this_machine():
+    assert select_backend("auto", 2).name in ("gloo", "nccl", "hccl")
+    if not torch.cuda.is_available():
+        with pytest.raises(BackendUnavailable, match="CUDA"):
+            select_backend("nccl", 2)
+    try:
+        import torch_npu  # noqa: F401
+    except Exception:
+        with pytest.raises(BackendUnavailable, match="torch_npu"):
+            select_backend("hccl", 2)
+    with pytest.raises(BackendUnavailable, match="unknown backend"):
+        select_backend("mpi-over-carrier-pigeon", 2)
