@@ -55,8 +55,10 @@ class _Rank:
 class RankPool:
     """`world` rank processes joined in one process group; `run(task)` returns an `Outcome`."""
 
-    def __init__(self, world: int, backend: str = "gloo", timeout_s: float = 30.0, grace_s: float | None = None):
+    def __init__(self, world: int, backend: str = "gloo", timeout_s: float = 30.0, grace_s: float | None = None,
+                 start_method: str | None = None):
         self.world, self.backend, self.timeout_s = world, BACKENDS[backend], timeout_s
+        self.start_method = start_method or self.backend.start_method
         self.grace_s = grace_s if grace_s is not None else max(2.0, 0.25 * timeout_s)
         self.procs: list = []
         self.conns: list = []
@@ -69,7 +71,7 @@ class RankPool:
 
     def start(self) -> Outcome:
         self.close()
-        ctx = mp.get_context(self.backend.start_method)
+        ctx = mp.get_context(self.start_method)
         fd, self._init_file = tempfile.mkstemp(prefix="fusecheck_dist_")
         os.close(fd)
         os.unlink(self._init_file)  # the file store creates it
