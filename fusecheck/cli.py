@@ -18,7 +18,7 @@ from fusecheck.policy import PolicyError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("fusecheck.check_cli", "compare eager, compiled and golden on a target"),
     "matrix": ("fusecheck.matrix", "run the check once per fusion toggle"),
-    "toggles": ("fusecheck.matrix_toggles_cli", "list the fusion toggles"),
+    "toggles": ("fusecheck.passes.cli", "list the fusion toggles, what each does and whether torch supports it"),
     "bisect": ("fusecheck.bisect.cli", "name the pass or fusion that makes compiled worse than eager"),
     "dist": ("fusecheck.dist.cli", "layered validation of distributed fused comm+compute kernels"),
 }
