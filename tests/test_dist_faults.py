@@ -75,3 +75,16 @@ def test_no_rank_process_outlives_the_pools():
     assert rank_children()
     close_pools()
     assert rank_children() == []
+
+
+def test_hang_is_named_even_when_the_waiting_ranks_do_not_time_out():
+    """NCCL's peers do not raise at a timeout (its watchdog aborts them later): all ranks fall silent. The
+    culprit is the one that issued fewer dist calls in the stuck phase than the peers waiting for it."""
+    with RankPool(2, timeout_s=TIMEOUT_S) as pool:
+        pool.pg_timeout_s = 60          # peers would wait a minute: only the parent's deadline can end this
+        pool.start()
+        pids = pool.pids()
+        rep = check(CheckTask(f"{PLANTED}:HangsOnRank", spec_kwargs={"rank": 0}, layers=("whole",)), 2, pool=pool)
+    assert rep.status == "HANG" and rep.outcome.ranks == [0], rep.outcome.detail
+    assert "rank 1 " in rep.outcome.detail and rep.outcome.errors == {}
+    assert alive(pids) == []

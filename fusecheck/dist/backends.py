@@ -21,6 +21,7 @@ class Backend:
     start_method: str                                  # how the pool starts ranks (fork is only safe without a device runtime)
     unavailable: Callable[[int], str | None]           # world size -> reason it cannot run, or None
     prepare: Callable[[int], None] = lambda local_rank: None   # per-rank device setup
+    timeout_raises: bool = False      # a collective timeout raises in the waiting rank (gloo) instead of aborting it
 
     def device(self, local_rank: int) -> torch.device:
         return torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, local_rank)
@@ -64,7 +65,7 @@ def _npu_prepare(local_rank: int) -> None:
 
 
 BACKENDS: dict[str, Backend] = {
-    "gloo": Backend("gloo", "cpu", "fork", _gloo_unavailable),
+    "gloo": Backend("gloo", "cpu", "fork", _gloo_unavailable, timeout_raises=True),
     "nccl": Backend("nccl", "cuda", "spawn", _nccl_unavailable, _cuda_prepare),
     "hccl": Backend("hccl", "npu", "spawn", _hccl_unavailable, _npu_prepare),
 }

@@ -25,10 +25,10 @@ class RunContext:
     """Everything one rank needs for one run: spec, group, rank, world, shape, dtype, seed, device."""
 
     def __init__(self, spec: DistSpec, group, rank: int, world: int, shape: dict, dtype: torch.dtype, seed: int,
-                 device: torch.device, policy: Policy, stress: StressConfig | None):
+                 device: torch.device, policy: Policy, stress: StressConfig | None, on_call=None):
         self.spec, self.group, self.rank, self.world = spec, group, rank, world
         self.shape, self.dtype, self.seed, self.device = shape, dtype, seed, device
-        self.policy, self.stress = policy, stress
+        self.policy, self.stress, self.on_call = policy, stress, on_call
 
     def inputs(self, rank: int) -> dict[str, torch.Tensor]:
         made = self.spec.make_inputs(dict(self.shape), rank, self.world, self.seed, self.dtype)
@@ -40,7 +40,7 @@ class RunContext:
     def kernel_call(self, fn, *args):
         """Run a kernel entry point: workspaces poisoned first, stress delays around its communication."""
         workspace.poison_all(hash((self.seed, self.rank, fn.__name__)) & 0x7FFFFFFF)
-        with injected_delays(self.stress, self.rank):
+        with injected_delays(self.stress, self.rank, self.on_call):
             return fn(*args)
 
 

@@ -47,6 +47,7 @@ class Outcome:
 @dataclass
 class _Rank:
     phase: str = "start"
+    calls: int = 0          # dist calls the kernel made in this phase
     since: float = 0.0
     finished: bool = False
     error: dict | None = None
@@ -60,6 +61,9 @@ class RankPool:
         self.world, self.backend, self.timeout_s = world, BACKENDS[backend], timeout_s
         self.start_method = start_method or self.backend.start_method
         self.grace_s = grace_s if grace_s is not None else max(2.0, 0.25 * timeout_s)
+        # gloo: waiting peers raise at the timeout and are told apart from the culprit. NCCL's watchdog instead
+        # aborts a waiting rank's process: keep it later than the parent's deadline, so the culprit is named.
+        self.pg_timeout_s = timeout_s if self.backend.timeout_raises else timeout_s + self.grace_s + 60
         self.procs: list = []
         self.conns: list = []
         self._init_file = None
@@ -78,7 +82,7 @@ class RankPool:
         for rank in range(self.world):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=rank_main, daemon=True, name=f"fusecheck-rank{rank}",
-                               args=(rank, self.world, self.backend.name, self._init_file, self.timeout_s, child))
+                               args=(rank, self.world, self.backend.name, self._init_file, self.pg_timeout_s, child))
             proc.start()
             child.close()
             self.procs.append(proc)
@@ -173,7 +177,9 @@ class RankPool:
             return
         state.since = time.monotonic()
         if kind == "enter":
-            state.phase = payload
+            state.phase, state.calls = payload, 0
+        elif kind == "call":
+            state.calls += 1
         elif kind == "result":
             results.append(payload)
         elif kind == expect:
@@ -205,11 +211,18 @@ class RankPool:
             m = MONITORED.search((s.error or {}).get("message", ""))
             if m:
                 named |= {int(x) for x in re.findall(r"\d+", m.group(1))}
+        if len(silent) > 1 and len({ranks[r].phase for r in silent}) == 1:
+            # peers block inside a collective the culprit never issued: fewest dist calls in the phase
+            fewest = min(ranks[r].calls for r in silent)
+            silent = [r for r in silent if ranks[r].calls == fewest]
         culprits = sorted(silent or named or ranks)
         if silent:
             detail = (f"rank(s) {', '.join(map(str, culprits))} stopped answering for "
                       f"{self.timeout_s + self.grace_s:.1f} s; "
-                      + "; ".join(f"rank {r} in phase {ranks[r].phase!r}" for r in culprits))
+                      + "; ".join(f"rank {r} in phase {ranks[r].phase!r} after {ranks[r].calls} dist call(s)"
+                                  for r in culprits)
+                      + "; other ranks: " + ", ".join(f"rank {r} {ranks[r].calls} call(s)"
+                                                      for r in ranks if r not in culprits))
         else:
             detail = ("every rank timed out waiting in a collective (mismatched collectives or a deadlock): "
                       + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))

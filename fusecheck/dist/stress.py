@@ -55,19 +55,22 @@ class _DelayedWork:
 
 
 @contextlib.contextmanager
-def injected_delays(cfg: StressConfig | None, rank: int):
-    """Wrap dist calls with random delays (per rank and run) for the duration of the block; None = no-op."""
-    if cfg is None:
+def injected_delays(cfg: StressConfig | None, rank: int, on_call=None):
+    """Wrap dist calls for the duration of the block: random delays (per rank and run) when `cfg` is given,
+    and `on_call(name)` before each call (the pool counts calls to tell a hung rank from its waiting peers)."""
+    if cfg is None and on_call is None:
         yield
         return
-    rng = random.Random(hash((cfg.seed, rank, cfg.placement)))
-    before, after = PLACEMENTS[cfg.placement]
+    rng = random.Random(hash((cfg.seed, rank, cfg.placement)) if cfg else 0)
+    before, after = PLACEMENTS[cfg.placement] if cfg else (False, False)
 
     def sleep():
         time.sleep(rng.uniform(0, cfg.max_delay_ms) / 1000)
 
-    def wrap(fn):
+    def wrap(fn, name):
         def delayed(*args, **kwargs):
+            if on_call is not None:
+                on_call(name)
             if before:
                 sleep()
             out = fn(*args, **kwargs)
@@ -86,7 +89,7 @@ def injected_delays(cfg: StressConfig | None, rank: int):
             fn = getattr(module, name, None)
             if fn is not None:
                 saved.append((module, name, fn))
-                setattr(module, name, wrap(fn))
+                setattr(module, name, wrap(fn, name))
     try:
         yield
     finally:

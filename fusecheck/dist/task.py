@@ -45,7 +45,8 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
         raise ValueError(f"{task.spec_ref} declares no shapes and none were given")
     for si, shape in enumerate(shapes):
         def ctx(seed, stress=None):
-            return RunContext(spec, group, rank, world, shape, dtype, seed, device, task.policy, stress)
+            return RunContext(spec, group, rank, world, shape, dtype, seed, device, task.policy, stress,
+                              on_call=lambda name: emit("call", name))
         if "compute" in task.layers:
             for special in [None, *special_targets(ctx(task.seed))]:
                 emit("enter", f"shape {si} compute {special or 'finite'}")
