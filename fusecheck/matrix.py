@@ -53,6 +53,8 @@ class MatrixRow:
         gold = [c.vs_golden for c in rows if c.vs_golden is not None]
         ratios = [c.error_ratio for c in rows if c.error_ratio is not None]
         census = self.report.census
+        if census is not None and getattr(census, "unavailable", None):
+            census = None
         numel = sum(int(m.numel) for m in ref)
         equal = sum(int(m.bitwise_equal) for m in ref if m.bitwise_equal >= 0)
         return {

@@ -64,3 +64,13 @@ def test_summary_names_the_counts():
     with collecting_census() as c:
         torch.compile(lambda x: (x * 3).exp())(torch.randn(4, 4))
     assert c.summary() == "1 kernels (1 generated, 0 extern); 2 FX nodes fused into 1 kernels"
+
+
+def test_a_torch_without_provenance_gives_an_empty_census_that_says_why(monkeypatch):
+    from torch._inductor.output_code import CompiledFxGraph
+
+    monkeypatch.delattr(CompiledFxGraph, "post_compile")
+    with collecting_census() as c:
+        pass
+    assert c.n_kernels == 0 and "CompiledFxGraph.post_compile" in c.unavailable
+    assert c.to_dict()["unavailable"] == c.unavailable

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import networkx as nx
 
 from .compat import require_config, require_own
+from .errors import ToggleUnsupported
 from .salt import salted
 
 _KERNEL_TO_POST = ("cppCodeToPost", "tritonCodeToPost")
@@ -44,6 +45,7 @@ class KernelCensus:
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     n_graphs: int = 0
     missing: int = 0  # compiled graphs that came without provenance (should stay 0)
+    unavailable: str | None = None  # why no census could be taken with this torch (None: it was)
 
     # -- filling ---------------------------------------------------------------------------------
     def add_mapping(self, mapping: dict[str, Any] | None) -> None:
@@ -152,6 +154,7 @@ class KernelCensus:
             "n_fx_nodes_fused": self.n_fx_nodes_fused,
             "n_fused_kernels": self.n_fused_kernels,
             "missing_provenance": self.missing,
+            "unavailable": self.unavailable,
             "kernels": [
                 {
                     "id": k,
@@ -306,13 +309,22 @@ def _backward_provenance() -> Iterator[None]:
 
 @contextlib.contextmanager
 def collecting_census() -> Iterator[KernelCensus]:
-    """Collect the census of every Inductor graph compiled (or loaded from cache) inside. Nestable."""
+    """Collect the census of every Inductor graph compiled (or loaded from cache) inside. Nestable.
+
+    Never fails a compile: on a torch without provenance tracking the census stays empty and says why
+    in ``unavailable`` (the check itself still runs).
+    """
     what = "kernel census"
-    cls = require_own("torch._inductor.output_code", "CompiledFxGraph", "post_compile", what)
-    patch = require_config({"trace.provenance_tracking_level": 1}, what)
+    census = KernelCensus()
+    try:
+        cls = require_own("torch._inductor.output_code", "CompiledFxGraph", "post_compile", what)
+        patch = require_config({"trace.provenance_tracking_level": 1}, what)
+    except ToggleUnsupported as exc:
+        census.unavailable = str(exc)
+        yield census
+        return
     from torch._inductor import config
 
-    census = KernelCensus()
     outermost = not _ACTIVE
     with contextlib.ExitStack() as stack:
         stack.enter_context(salted(("census-v4",)))
