@@ -42,10 +42,6 @@ class Watchdog:
 
 
 def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
-    from fusecheck.dist.report import render, write_json
-    from fusecheck.dist.runner import build_report
-    from fusecheck.dist.spec import load_spec
-
     local = int(os.environ.get("LOCAL_RANK", 0))
     backend.prepare(local)
     if not dist.is_initialized():
@@ -68,9 +64,18 @@ def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
     dog.progress("gather results to rank 0")
     gathered = [None] * world if rank == 0 else None
     dist.gather_object((results, error), gathered, dst=0)
+    code = _report(task, backend, args, world, gathered, t0) if rank == 0 else (0 if error is None else 3)
+    dog.progress("shut down")
+    dist.barrier()                 # nobody exits while a peer still talks to it (gloo aborts then)
+    dist.destroy_process_group()
     dog.stop()
-    if rank != 0:
-        return 0 if error is None else 3
+    return code
+
+
+def _report(task: CheckTask, backend: Backend, args, world: int, gathered: list, t0: float) -> int:
+    from fusecheck.dist.report import render, write_json
+    from fusecheck.dist.runner import build_report
+    from fusecheck.dist.spec import load_spec
     all_results = [r for res, _ in gathered for r in res]
     errors = {r: e for r, (_, e) in enumerate(gathered) if e}
     primary = sorted(r for r, e in errors.items() if not e["secondary"])
