@@ -15,7 +15,7 @@ from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
 
 # Coarse stage order: the finest-grained families first, so the first family that fixes the verdict
 # names individual decisions rather than a whole pass or setting.
-FAMILY_ORDER = ["fusion", "inlining", "pattern", "decomposition", "pass", "config"]
+FAMILY_ORDER = ["fusion", "inlining", "pattern", "decomposition", "lowering", "pass", "config"]
 
 
 class BudgetSpent(Exception):
@@ -140,9 +140,12 @@ def kernels_of(census: Any, decision: Decision) -> list[str]:
     if census is None or not decision.fx_nodes:
         return []
     out: list[str] = []
-    for name in decision.fx_nodes:
-        fid = f"g{decision.graph}/{name}"
-        if fid in census.graph:
+    wanted = set(decision.fx_nodes)
+    for fid, data in census.graph.nodes(data=True):
+        if data.get("kind") != "fx" or data.get("graph") != decision.graph:
+            continue
+        # post-grad names (fusion, inlining, pattern) or pre-grad origins (decompositions)
+        if data["name"] in wanted or wanted & set(data.get("pre_grad") or ()):
             out += [census.graph.nodes[k]["name"] for k in census.graph.successors(fid)
                     if census.graph.nodes[k]["name"] not in out]
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from fusecheck.bisect.gates import config, decomposition, fusion, inlining, passes, pattern
+from fusecheck.bisect.gates import config, decomposition, fusion, inlining, lowering, passes, pattern
 from fusecheck.bisect.gates.base import Decision, DecisionLog, Gate, GateUnavailable, Plan
 
 GATES: dict[str, Gate] = {g.kind: g for g in [
@@ -16,6 +16,7 @@ GATES: dict[str, Gate] = {g.kind: g for g in [
     Gate("pass", "graph passes run through GraphTransformObserver (incl. custom pass slots)", passes.install),
     Gate("pattern", "pattern-matcher replacements, one per match", pattern.install),
     Gate("decomposition", "decomposition-table applications during tracing", decomposition.install),
+    Gate("lowering", "an op lowered to Inductor IR instead of calling its aten kernel", lowering.install),
     Gate("inlining", "lowering-time inlining of a pointwise/reduction value into its consumers", inlining.install),
     Gate("fusion", "scheduler fusion of two nodes into one kernel", fusion.install),
 ]}

@@ -14,13 +14,24 @@ from typing import Any, Callable, Iterator
 from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
 
 
+def traced_from() -> list[str]:
+    """The FX node of the captured (pre-grad) graph being traced right now, when AOT preserves node meta."""
+    try:
+        from torch.fx.traceback import get_current_meta
+        meta = get_current_meta() or {}
+    except Exception:  # pragma: no cover - meta tracking is best effort
+        return []
+    stack = meta.get("source_fn_stack") or []
+    return [str(stack[-1][0])] if stack else []
+
+
 def _wrap(op: Any, fn: Callable[..., Any], log: DecisionLog) -> Callable[..., Any]:
     name = str(op)
 
     @functools.wraps(fn)
     def gated(*args: Any, **kwargs: Any) -> Any:
         where = getattr(fn, "__module__", "?") + "." + getattr(fn, "__qualname__", getattr(fn, "__name__", "?"))
-        if not log.decide("decomposition", name, f"decompose {name} with {where}", [], [name]):
+        if not log.decide("decomposition", name, f"decompose {name} with {where}", traced_from(), [name]):
             return NotImplemented
         return fn(*args, **kwargs)
 
@@ -41,8 +52,12 @@ def install(log: DecisionLog):
 def _patched(module: Any, log: DecisionLog) -> Iterator[None]:
     orig = module.select_decomp_table
 
+    from torch._inductor.lowering import lowerings
+
     def select_decomp_table() -> dict[Any, Callable[..., Any]]:
-        return {op: _wrap(op, fn, log) for op, fn in orig().items()}
+        # Only ops Inductor can also lower itself are decisions: refusing any other decomposition would
+        # leave an op with neither a decomposition nor a lowering (Inductor asserts on that).
+        return {op: (_wrap(op, fn, log) if op in lowerings else fn) for op, fn in orig().items()}
 
     module.select_decomp_table = select_decomp_table
     try:

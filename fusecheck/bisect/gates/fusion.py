@@ -39,8 +39,10 @@ def install(log: DecisionLog):
     def veto(node1: Any, node2: Any, kind: str) -> bool:
         a, b = node1.get_name(), node2.get_name()
         graph = V.graph if V.graph is not None else None
-        fx = origins(node1) + [n for n in origins(node2) if n not in origins(node1)]
-        allowed = log.decide("fusion", f"{a}+{b}", f"{kind} fusion {a} + {b}", fx, _ops(node1) + _ops(node2),
+        o1, o2 = origins(node1), origins(node2)
+        fx = o1 + [n for n in o2 if n not in o1]
+        name = f"{kind} fusion of [{', '.join(o1)}] + [{', '.join(o2)}] ({a} + {b})"
+        allowed = log.decide("fusion", f"{a}+{b}", name, fx, _ops(node1) + _ops(node2),
                              dedupe=True, graph=graph)
         return not allowed
 

@@ -1,0 +1,166 @@
+"""Benchmark: fusecheck bisect vs torch's CompilerBisector on the planted culprits, in one run.
+
+For each planted case: compiles, wall time and what each tool names. torch's bisector gets the test
+function a torch user would write (fresh compile, then `torch.allclose` against eager with fusecheck's
+default tolerance for the dtype, or bitwise equality); it is golden-unaware by design.
+
+    python benchmarks/bisect.py [--out docs/bisect_benchmark.md] [--only NAME,...]
+"""
+from __future__ import annotations
+
+import sys
+
+# This file is named like the stdlib module `bisect`; run as a script, its folder must not shadow it.
+sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
+
+import argparse
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+import torch  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+from fusecheck.bisect import TrialOptions, bisect  # noqa: E402
+from fusecheck.case import Case  # noqa: E402
+from fusecheck.golden import prepare_case  # noqa: E402
+from fusecheck.devices import resolve_dtype  # noqa: E402
+from fusecheck.policy import Policy  # noqa: E402
+from tests.planted import decomposition, fusion, inlining, pattern_pass, targets  # noqa: E402
+
+
+@dataclass
+class BenchCase:
+    name: str
+    plants: list
+    builder: object
+    dtype: str | None
+    planted: list[tuple[str, str, tuple[str, ...]]]  # per culprit: (kind, names it exactly, comes near)
+
+
+CASES = [
+    BenchCase("pattern pass", [pattern_pass], targets.sum_norm, None,
+              [("pattern", "lossy_sum_rewrite", ("post_grad_custom_post_pass",))]),
+    BenchCase("decomposition", [decomposition], targets.standardize, None,
+              [("decomposition", "var_mean", ("var_mean",))]),
+    BenchCase("fusion", [fusion], targets.center, None, [("fusion", "mean", ("mean", "sub"))]),
+    BenchCase("inlining", [inlining], targets.exp_mix, None, [("inlining", "exp", ("exp", "mul"))]),
+    BenchCase("decomposition + inlining", [decomposition, inlining], targets.standardize_exp, None,
+              [("decomposition", "var_mean", ("var_mean",)), ("inlining", "exp", ("exp", "mul"))]),
+    BenchCase("benign (bf16, bits only)", [], targets.benign, "bf16", []),
+]
+
+
+def _case(c: BenchCase) -> Case:
+    torch.manual_seed(0)
+    model, x = c.builder()
+    return Case(model, (x,), c.name)
+
+
+# torch's subsystems, as decision kinds
+TORCH_KINDS = {"lowerings": "lowering", "decomposition": "decomposition", "post_grad_passes": "pass",
+               "pre_grad_passes": "pass", "joint_graph_passes": "pass"}
+
+
+def _score(named: list[tuple[str, str]], planted: list[tuple[str, str, tuple[str, ...]]]) -> str:
+    """exact: right kind and right object; near: the object's slot or one node of it, wrong kind."""
+    if not planted:
+        return "correct (nothing blamed)" if not named else "WRONG: blamed a bit change"
+    exact = sum(any(k == kind and needle in text for k, text in named) for kind, needle, _ in planted)
+    near = sum(not any(k == kind and needle in text for k, text in named) and any(n in text for n in ns for _, text in named)
+               for kind, needle, ns in planted)
+    extra = max(0, len(named) - exact - near)
+    if exact == len(planted) and not extra:
+        return f"correct ({exact}/{len(planted)} exact)"
+    parts = [f"{exact}/{len(planted)} exact"] + ([f"{near} near"] if near else []) + ([f"{extra} other"] if extra else [])
+    return ", ".join(parts)
+
+
+def run_fusecheck(c: BenchCase) -> dict:
+    t = time.perf_counter()
+    r = bisect(_case(c), TrialOptions(dtype=c.dtype), max_compiles=40)
+    named = [(x.decision.kind, x.decision.name) for x in r.culprits]
+    text = "; ".join(f"{k}: {n}" + (" (partial)" if x.partial else "") for (k, n), x in zip(named, r.culprits))
+    return {"compiles": r.compiles, "seconds": time.perf_counter() - t,
+            "named": text or r.status, "score": _score(named, c.planted)}
+
+
+def run_torch(c: BenchCase, mode: str) -> dict:
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    case = _case(c)
+    prepared = prepare_case(case, resolve_dtype(c.dtype), "cpu")
+    model, (x,) = prepared.model, prepared.inputs
+    with torch.no_grad():
+        ref = model(x)
+    tol = Policy().tolerance(ref.dtype)
+    calls = 0
+
+    def good() -> bool:
+        nonlocal calls
+        calls += 1
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model)(x)
+        if mode == "bitwise":
+            return bool(torch.equal(out, ref))
+        return bool(torch.allclose(out, ref, rtol=tol.rtol, atol=tol.atol))
+
+    t = time.perf_counter()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        result = CompilerBisector.do_bisect(good)
+    seconds = time.perf_counter() - t
+    if result is None:
+        named = []
+        text = "nothing (test fn passed)"
+    else:
+        text = f"{result.backend}/{result.subsystem or '-'}#{result.bisect_number}: {result.debug_info or ''}".strip()
+        named = [(TORCH_KINDS.get(result.subsystem or "", result.subsystem or result.backend), text)]
+    return {"compiles": calls, "seconds": seconds, "named": text, "score": _score(named, c.planted)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None, help="write the markdown table here")
+    ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--torch-modes", default="allclose,bitwise")
+    args = ap.parse_args()
+    cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
+    rows, totals = [], {}
+    for c in cases:
+        with contextlib.ExitStack() as stack:
+            for p in c.plants:
+                stack.enter_context(p.planted())
+            results = {"fusecheck": run_fusecheck(c)}
+            for mode in args.torch_modes.split(","):
+                results[f"torch CompilerBisector ({mode})"] = run_torch(c, mode)
+        for tool, r in results.items():
+            rows.append([c.name, tool, r["compiles"], f"{r['seconds']:.1f}", r["score"], r["named"][:160]])
+            tot = totals.setdefault(tool, [0, 0.0, 0])
+            tot[0] += r["compiles"]
+            tot[1] += r["seconds"]
+            tot[2] += r["score"].startswith("correct")
+            print(f"{c.name:<28} {tool:<36} compiles {r['compiles']:>3}  {r['seconds']:6.1f} s  {r['score']}",
+                  flush=True)
+    table = tabulate(rows, headers=["case", "tool", "compiles", "wall s", "verdict", "names"], tablefmt="github")
+    fc = totals.get("fusecheck")
+    summary = [[tool, t[0], f"{t[1]:.1f}", f"{t[2]}/{len(cases)}",
+                f"{t[0] / fc[0]:.2f}" if fc and fc[0] else "-", f"{t[1] / fc[1]:.2f}" if fc and fc[1] else "-"]
+               for tool, t in totals.items()]
+    summary_table = tabulate(summary, headers=["tool", "compiles (total)", "wall s (total)", "correct",
+                                               "compiles / fusecheck", "time / fusecheck"], tablefmt="github")
+    text = (f"torch {torch.__version__}, CPU, {os.cpu_count()} cores\n\n{table}\n\n{summary_table}\n")
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
