@@ -67,6 +67,7 @@ def test_decomposition_culprit_named(decomposition_result):
     c = _only_culprit(decomposition_result)
     assert c.decision.kind == "decomposition"
     assert "aten.var_mean.correction" in c.decision.name and "naive_var_mean" in c.decision.name
+    assert c.decision.fx_nodes == ["var_mean"] and c.kernels   # the model's node and where it ended up
 
 
 def test_fusion_culprit_named_with_nodes_and_kernel(fusion_result):

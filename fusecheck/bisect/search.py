@@ -146,8 +146,8 @@ def kernels_of(census: Any, decision: Decision) -> list[str]:
             continue
         # post-grad names (fusion, inlining, pattern) or pre-grad origins (decompositions)
         if data["name"] in wanted or wanted & set(data.get("pre_grad") or ()):
-            out += [census.graph.nodes[k]["name"] for k in census.graph.successors(fid)
-                    if census.graph.nodes[k]["name"] not in out]
+            label = lambda k: census.graph.nodes[k]["name"] + (f" (graph {decision.graph})" if decision.graph else "")  # noqa: E731
+            out += [label(k) for k in census.graph.successors(fid) if label(k) not in out]
     return out
 
 
