@@ -166,3 +166,35 @@ def test_hooks_report_kinds_and_graph_order():
     assert set(seen_fusions) == {"vertical", "horizontal"}
     assert seen_nodes == ["sin", "add", "cos"]
     assert c.n_fused_kernels == 0 and c.n_kernels == 3
+
+
+def test_allow_first_k_fusions_is_deterministic_and_monotonic():
+    from fusecheck.passes.hooks import AllowFirst
+    from torch._inductor import config
+
+    kernels, decisions = {}, {}
+    for k in (0, 2, 100, 2):
+        gate = AllowFirst(k)
+        with config.patch(fx_graph_cache=False), inline_veto(lambda n, v: True), fusion_veto(gate), \
+                collecting_census() as c:
+            torch.compile(chain)(torch.randn(8, 32))
+        assert sum(ok for _, ok in gate.decisions) == min(k, len(gate.decisions))
+        if k in kernels:  # asked again: same decisions in the same order, same kernels
+            assert (kernels[k], decisions[k]) == (c.n_kernels, gate.decisions)
+        kernels[k], decisions[k] = c.n_kernels, gate.decisions
+    assert kernels[0] == 6 > kernels[2] > kernels[100] == 1
+
+
+def test_allow_first_k_inlinings_realizes_the_rest():
+    from fusecheck.passes.hooks import AllowFirst, ir_kind
+    from torch._inductor import config
+
+    kernels = {}
+    for k in (0, 3, 100):
+        gate = AllowFirst(k, inline=True, eligible=lambda n, v, _: ir_kind(v) == "pointwise")
+        with config.patch(fx_graph_cache=False), inline_veto(gate), fusion_veto(lambda *a: True), \
+                collecting_census() as c:
+            torch.compile(chain)(torch.randn(8, 32))
+        assert [key for key, _ in gate.decisions] == [("mul",), ("add",), ("sin",), ("mul_1",), ("sub",)]
+        kernels[k] = c.n_kernels
+    assert kernels[0] == 6 > kernels[3] > kernels[100] == 1

@@ -6,6 +6,7 @@ Two places decide what ends up in one kernel, and both are hooked here:
   score)`` before fusing two scheduler nodes. ``fusion_veto(fn)`` installs, for the current thread, a
   :class:`VetoChoices` handler that wraps whatever handler was active and calls
   ``fn(node1, node2, kind)`` first; ``kind`` is ``"vertical"`` (node2 reads node1) or ``"horizontal"``.
+  It is asked only about pairs that Inductor's own ``can_fuse`` heuristics accept.
   Return ``True`` to veto (forbid) the fusion. Inductor may ask about the same pair more than once
   (speculative checks); a caller counting decisions should key them by
   ``(node1.get_name(), node2.get_name())``. Some paths skip the choices object (multi-output
@@ -71,9 +72,10 @@ def _make_veto_choices_class(toggle: str) -> type:
             self._veto = veto
 
         def can_fuse(self, scheduler: Any, node1: Any, node2: Any, shared_data_score: int) -> bool:
-            if self._veto(node1, node2, fusion_kind(node1, node2)):
+            # Inductor's own heuristics first: the veto only sees fusions Inductor would consider.
+            if not self._inner.can_fuse(scheduler, node1, node2, shared_data_score):
                 return False
-            return self._inner.can_fuse(scheduler, node1, node2, shared_data_score)
+            return not self._veto(node1, node2, fusion_kind(node1, node2))
 
     def _delegate(name: str) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -178,3 +180,36 @@ def ir_kind(value: Any) -> str | None:
     if isinstance(data, ir.Pointwise):
         return "pointwise"
     return None
+
+
+class AllowFirst:
+    """Veto callback that allows only the first ``k`` distinct decisions, in the order Inductor asks.
+
+    A decision is keyed by ``(name1, name2, kind)``: a repeated (speculative) question gets the same
+    answer. ``decisions`` lists every key in first-asked order with the answer given, so a bisector can
+    report which decision index it stopped at. Works for ``fusion_veto`` (nodes are scheduler nodes)
+    and ``inline_veto`` (``AllowFirst(k, inline=True)``: the k first lowered values stay inlinable,
+    the rest are realized).
+    """
+
+    def __init__(self, k: int, *, inline: bool = False, eligible: Callable[..., bool] | None = None) -> None:
+        self.k = k
+        self.inline = inline
+        self.eligible = eligible
+        self.decisions: list[tuple[tuple[str, ...], bool]] = []
+        self._answers: dict[tuple[str, ...], bool] = {}
+
+    def _key(self, a: Any, b: Any, kind: Any) -> tuple[str, ...]:
+        if self.inline:
+            return (a.name,)
+        return (a.get_name(), b.get_name(), kind)
+
+    def __call__(self, a: Any, b: Any, kind: Any = None) -> bool:
+        if self.eligible is not None and not self.eligible(a, b, kind):
+            return False
+        key = self._key(a, b, kind)
+        if key not in self._answers:
+            allowed = sum(1 for _, ok in self.decisions if ok) < self.k
+            self._answers[key] = not allowed
+            self.decisions.append((key, allowed))
+        return self._answers[key]
