@@ -75,6 +75,7 @@ class Search:
         self.blocked: dict[str, set[str]] = {k: set() for k in GATES}
         self.lines: list[str] = []
         self.unavailable: dict[str, str] = {}
+        self.last_off: dict[str, float] = {}   # severity with each family off, from the last coarse round
 
     # -- probes ----------------------------------------------------------------------------------
     def say(self, stage: str, msg: str) -> None:
@@ -102,8 +103,12 @@ class Search:
     def coarse(self, current: Trial) -> tuple[str, Trial] | None:
         """The family whose switch-off passes (first in FAMILY_ORDER), else the one that helps most."""
         best: tuple[str, Trial] | None = None
-        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f)]:
+        families = [f for f in FAMILY_ORDER if current.decisions.get(f)]
+        # after a culprit is held off, try first the families that helped most last round
+        families.sort(key=lambda f: self.last_off.get(f, math.inf))
+        for fam in families:
             t = self.probe(off=fam)
+            self.last_off[fam] = t.severity
             verdict = "PASS" if t.passed else ("compile error" if t.error else f"FAIL severity {t.severity:.3g}")
             self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
             if t.passed:
@@ -206,6 +211,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
             fam, off = found
             decision = s.fine(fam, off, current)
             s.blocked[fam].add(decision.key)
+            s.last_off.pop(fam, None)  # what switching it off gained is now explained by the culprit
             after = s.probe()
             improved = after.passed or after.severity < current.severity
             s.say("culprit", f"{decision.kind} #{decision.index}: {decision.name} -> held off: "
