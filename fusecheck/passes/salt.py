@@ -7,7 +7,8 @@ Two measures, both cheap:
 * **Salt** - a no-op ``CustomGraphPass`` is placed in ``config.post_grad_custom_pre_pass`` (wrapping any
   pass already there, which still runs). Inductor hashes that slot's ``uuid()`` into the FX graph cache
   key and AOTAutograd's key, so each toggle set gets its own cache entries: a repeated toggle set is a
-  warm hit, a different one is a miss. The C++/Triton kernel caches are keyed by generated source and
+  warm hit, a different one is a miss. The uuid also carries a hash of this package's source, so
+  entries compiled by an older version of a toggle are not served. The C++/Triton kernel caches are keyed by generated source and
   stay shared - identical source is an identical kernel.
 * **Dynamo reset** - whenever the effective salt changes (entering or leaving a scope that changes
   it), ``torch._dynamo.reset()`` drops compiled frames, so an already-compiled module recompiles under
@@ -17,12 +18,24 @@ Two measures, both cheap:
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+from pathlib import Path
 from typing import Any, Iterator
 
 from .compat import require_attr, require_config
 
 _SALT_STACK: list[tuple[str, ...]] = []
 SLOT = "post_grad_custom_pre_pass"
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """Hash of this package's source: editing a toggle or hook invalidates entries salted by the old code."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def current_salt() -> tuple[str, ...]:
@@ -54,7 +67,7 @@ def _salt_pass_class() -> type:
 
         def uuid(self) -> Any:
             inner = tuple(p.uuid() if hasattr(p, "uuid") else repr(p) for p in self._inners())
-            return ("fusecheck-salt-v1", self.salt, inner)
+            return ("fusecheck-salt", code_version(), self.salt, inner)
 
     return FusecheckSaltPass
 
