@@ -48,7 +48,7 @@ class Bf16Accumulation(AllGatherGemm):
     """Accumulates the GEMM over K in bfloat16, one rank-1 update at a time."""
 
     def _matmul(self, x, b):
-        acc = torch.zeros((x.shape[0], b.shape[1]), dtype=torch.bfloat16)
+        acc = torch.zeros((x.shape[0], b.shape[1]), dtype=torch.bfloat16, device=x.device)
         for k in range(x.shape[1]):
             acc = acc + (x[:, k:k + 1].float() * b[k:k + 1].float()).to(torch.bfloat16)
         return acc.to(x.dtype)
