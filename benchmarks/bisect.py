@@ -32,7 +32,7 @@ from fusecheck.case import Case  # noqa: E402
 from fusecheck.golden import prepare_case  # noqa: E402
 from fusecheck.devices import resolve_dtype  # noqa: E402
 from fusecheck.policy import Policy  # noqa: E402
-from tests.planted import decomposition, fusion, inlining, pattern_pass, targets  # noqa: E402
+from tests.planted import decomposition, fusion, inlining, lowering, pattern_pass, targets  # noqa: E402
 
 
 @dataclass
@@ -51,6 +51,7 @@ CASES = [
               [("decomposition", "var_mean", ("var_mean",))]),
     BenchCase("fusion", [fusion], targets.center, None, [("fusion", "mean", ("mean", "sub"))]),
     BenchCase("inlining", [inlining], targets.exp_mix, None, [("inlining", "exp", ("exp", "mul"))]),
+    BenchCase("lowering", [lowering], targets.exp_mix, None, [("lowering", "exp", ("exp",))]),
     BenchCase("decomposition + inlining", [decomposition, inlining], targets.standardize_exp, None,
               [("decomposition", "var_mean", ("var_mean",)), ("inlining", "exp", ("exp", "mul"))]),
     BenchCase("benign (bf16, bits only)", [], targets.benign, "bf16", []),

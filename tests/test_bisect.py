@@ -8,7 +8,7 @@ import torch
 from fusecheck.bisect import TrialOptions, bisect, run_trial
 from fusecheck.bisect.gates import Plan
 from fusecheck.case import Case
-from tests.planted import decomposition, fusion, inlining, nondeterministic, pattern_pass, targets
+from tests.planted import decomposition, fusion, inlining, lowering, nondeterministic, pattern_pass, targets
 
 BUDGET = 30
 
@@ -85,6 +85,11 @@ def test_inlining_culprit_named(inlining_result):
     assert c.decision.kind == "inlining"
     assert c.decision.fx_nodes[0] == "exp" and "exp" in c.decision.ops[0]
     assert any(r.worse for r in inlining_result.kernels)
+
+
+def test_lowering_culprit_named():
+    c = _only_culprit(_bisect([lowering], targets.exp_mix, "exp_mix"))
+    assert c.decision.kind == "lowering" and c.decision.fx_nodes == ["exp"] and "aten.exp" in c.decision.name
 
 
 def test_attribution_quiet_on_graph_level_bug(decomposition_result):

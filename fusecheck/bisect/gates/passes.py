@@ -16,6 +16,9 @@ def pass_label(pass_fn: Any) -> str:
     fn = pass_fn
     while isinstance(fn, functools.partial):
         fn = fn.func
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and getattr(owner, "pass_name", None):  # PatternMatcherPass.apply and friends
+        return f"{type(owner).__qualname__}({owner.pass_name})"
     if hasattr(fn, "__qualname__"):
         return f"{getattr(fn, '__module__', '')}.{fn.__qualname__}".lstrip(".")
     return f"{type(fn).__module__}.{type(fn).__qualname__}"
