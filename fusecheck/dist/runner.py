@@ -93,6 +93,9 @@ def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outc
     results = sorted(outcome.results, key=lambda r: (LAYERS.index(r["layer"]), r["shape_index"], r["repeat"],
                                                      r.get("variant", ""), r["rank"]))
     layers = {name: summarize(name, results, world, complete) for name in LAYERS}
+    for name in task.layers:
+        if not complete and layers[name].status == "NOT RUN":
+            layers[name].status = "INCOMPLETE"   # asked for, cut short by HANG/CRASH
     cross = cross_rank(results, world) if spec.outputs_agree else {"status": "NOT REQUIRED"}
     facts = Facts(layers["comm"], layers["compute"], layers["whole"], cross, outcome.status, outcome.ranks,
                   outcome.detail, world)
