@@ -23,9 +23,11 @@ def test_pass_writes_per_layer_per_rank_json(tmp_path, capsys):
     assert data["status"] == "PASS" and data["world_size"] == 2 and data["shapes"] == [{"m": 5, "k": 4, "n": 3}]
     assert set(data["layers"]) == {"comm", "compute", "whole"}
     assert data["repeat_stats"]["whole"]["runs"] == 3 and data["repeat_stats"]["whole"]["bound"].startswith("Wilson")
-    per_rank = [r for r in data["per_rank"] if r["layer"] == "whole"]
-    assert sorted(r["rank"] for r in per_rank) == [0, 0, 0, 1, 1, 1]
-    assert all(r["comparison"]["verdict"]["status"] == "PASS" for r in per_rank)
+    runs = data["layers"]["whole"]["runs"]
+    assert [(r["repeat"], sorted(r["ranks"])) for r in runs] == [(0, ["0", "1"]), (1, ["0", "1"]), (2, ["0", "1"])]
+    assert all(v["comparison"]["verdict"]["status"] == "PASS" for r in runs for v in r["ranks"].values())
+    comm = data["layers"]["comm"]["runs"][0]["ranks"]["1"]
+    assert comm["comparison"]["verdict"]["code"] == "bitwise_equal" and comm["tag_dtype"] == "float32"
     assert data["diagnosis"]["cause"].startswith("none")
 
 
@@ -75,4 +77,4 @@ def test_torchrun_entry_point(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["status"] == "PASS" and data["world_size"] == 2
-    assert sorted({r["rank"] for r in data["per_rank"]}) == [0, 1]
+    assert all(sorted(r["ranks"]) == ["0", "1"] for layer in data["layers"].values() for r in layer["runs"])

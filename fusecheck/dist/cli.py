@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", default=",".join(LAYERS), help="subset of comm,compute,whole")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds a rank may stay silent in one phase before it is reported as HANG")
+    parser.add_argument("--start-method", choices=["fork", "forkserver", "spawn"],
+                        help="how ranks are started (default: fork for gloo, spawn for nccl/hccl)")
     parser.add_argument("--spec-arg", action="append", default=[], metavar="k=v",
                         help="keyword argument for the spec's constructor (int/float/str)")
     parser.add_argument("--policy", help="policy file (TOML/JSON); default: [tool.fusecheck] or built-in")
@@ -92,7 +94,7 @@ def _run_pool(task: CheckTask, world: int, backend: str, args) -> int:
     from fusecheck.dist.report import render, write_json
     from fusecheck.dist.runner import check
     try:
-        rep = check(task, world, backend, timeout_s=args.timeout)
+        rep = check(task, world, backend, timeout_s=args.timeout, start_method=args.start_method)
     except Exception as exc:
         print(f"fusecheck dist: tool error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3

@@ -20,11 +20,11 @@ EXIT = {"PASS": 0, "FAIL": 1, "ERROR": 2, "HANG": 3, "CRASH": 3}
 _POOLS: dict[tuple, RankPool] = {}
 
 
-def get_pool(world: int, backend: str = "gloo", timeout_s: float = 30.0) -> RankPool:
-    """A pool reused by every check of this process with the same (world, backend, timeout)."""
-    key = (world, backend, timeout_s)
+def get_pool(world: int, backend: str = "gloo", timeout_s: float = 30.0, start_method: str | None = None) -> RankPool:
+    """A pool reused by every check of this process with the same (world, backend, timeout, start method)."""
+    key = (world, backend, timeout_s, start_method)
     if key not in _POOLS:
-        _POOLS[key] = RankPool(world, backend, timeout_s)
+        _POOLS[key] = RankPool(world, backend, timeout_s, start_method=start_method)
     return _POOLS[key]
 
 
@@ -64,25 +64,40 @@ class DistReport:
             "shapes": t.shapes or list(self.spec.shapes), "repeat": t.repeat, "stress": t.stress,
             "max_delay_ms": t.max_delay_ms if t.stress else None, "policy": t.policy.to_dict(),
             "run": self.outcome.to_dict(),
-            "layers": {name: s.to_dict() for name, s in self.layers.items()},
+            "layers": {name: {**s.to_dict(), "runs": runs_of(self.results, name)}
+                       for name, s in self.layers.items()},
             "cross_rank": self.cross,
             "repeat_stats": {name: rate_summary(s.failed_runs, s.runs) for name, s in self.layers.items()},
             "whole_failure_rate": rate_summary(whole.failed_runs, whole.runs),
             "diagnosis": self.diagnosis.to_dict(),
-            "per_rank": self.results,
             "elapsed_s": self.elapsed_s,
         }
 
 
+def runs_of(results: list[dict], layer: str) -> list[dict]:
+    """One layer's results as runs, each with its per-rank verdicts: {"ranks": {"0": {...}, "1": {...}}}."""
+    runs: dict[tuple, dict] = {}
+    for r in results:
+        if r["layer"] != layer:
+            continue
+        key = (r["shape_index"], r["repeat"], r.get("variant", ""))
+        run = runs.setdefault(key, {"shape_index": key[0], "repeat": key[1], "variant": key[2] or None,
+                                    "seed": r["seed"], "stress": r.get("stress"), "ranks": {}})
+        run["ranks"][str(r["rank"])] = {k: v for k, v in r.items()
+                                        if k not in ("layer", "rank", "shape_index", "repeat", "variant", "seed",
+                                                     "stress")}
+    return [runs[k] for k in sorted(runs)]
+
+
 def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float = 30.0,
-          pool: RankPool | None = None) -> DistReport:
+          pool: RankPool | None = None, start_method: str | None = None) -> DistReport:
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
         raise ValueError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
     for module in spec.preload_modules:
         importlib.import_module(module)
     t0 = time.monotonic()
-    pool = pool or get_pool(world, backend, timeout_s)
+    pool = pool or get_pool(world, backend, timeout_s, start_method)
     outcome = pool.run(task)
     return build_report(task, spec, world, backend, outcome, time.monotonic() - t0)
 
