@@ -45,6 +45,14 @@ def test_bf16_accumulation_is_compute(dtype):
     assert rep.layers["compute"].codes.keys() == {"worse_than_eager"}
 
 
+def test_data_dependent_compute_bug_is_compute_not_a_race():
+    rep = run("DataDependentCompute", 2, repeat=6, shapes=[{"m": 1, "k": 4, "n": 3}])
+    whole = rep.layers["whole"]
+    assert 0 < whole.failed_runs < whole.runs, render(rep)       # comes and goes with the inputs...
+    assert rep.layers["comm"].status == "PASS" and rep.layers["compute"].status == "FAIL"
+    assert rep.diagnosis.cause == "compute"                       # ...but layer 2 fails on the same inputs
+
+
 def test_dropped_nan_is_compute_nan_propagation():
     rep = run("DropsNaN", 2)
     assert verdicts(rep) == {"comm": "PASS", "compute": "FAIL", "whole": "PASS"}, render(rep)

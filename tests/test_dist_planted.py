@@ -54,6 +54,15 @@ class Bf16Accumulation(AllGatherGemm):
         return acc.to(x.dtype)
 
 
+class DataDependentCompute(AllGatherGemm):
+    """Wrong only when a chunk's first element is negative (e.g. a sign-dependent fast path): the whole kernel
+    fails for some seeds and passes for others, which must not be mistaken for a race."""
+
+    def _matmul(self, x, b):
+        y = x @ b
+        return -y if x.numel() and x.reshape(-1)[0] < 0 else y
+
+
 class DropsNaN(AllGatherGemm):
     """Treats NaN inputs as zero (a masked load with `other=0` that also masks NaN)."""
 

@@ -47,14 +47,16 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
         def ctx(seed, stress=None):
             return RunContext(spec, group, rank, world, shape, dtype, seed, device, task.policy, stress,
                               on_call=lambda name: emit("call", name))
-        if "compute" in task.layers:
-            for special in [None, *special_targets(ctx(task.seed))]:
-                emit("enter", f"shape {si} compute {special or 'finite'}")
-                emit("result", {"shape_index": si, "repeat": 0, "seed": task.seed,
-                                **compute_layer(ctx(task.seed), special)})
         for rep in range(task.repeat):
             seed = task.seed + rep
             stress = StressConfig.for_run(rep, task.max_delay_ms, seed) if task.stress else None
+            if "compute" in task.layers:
+                # every repeat's inputs (so a data-dependent compute bug is not mistaken for a race);
+                # NaN/Inf planted in each tensor in turn on the first repeat
+                for special in [None, *(special_targets(ctx(seed)) if rep == 0 else [])]:
+                    emit("enter", f"shape {si} repeat {rep} compute {special or 'finite'}")
+                    emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
+                                    **compute_layer(ctx(seed), special)})
             for layer, fn in (("comm", comm_layer), ("whole", whole_layer)):
                 if layer not in task.layers:
                     continue
