@@ -84,3 +84,10 @@ def test_correct_kernel_under_the_same_stress_never_fails():
                           shapes=[{"m": 8, "k": 16, "n": 8}]), 2)
     assert rep.status == "PASS", render(rep)
     assert rep.layers["whole"].runs == STRESS_RUNS and rep.layers["comm"].nondeterministic_shapes == []
+
+
+def test_a_spec_with_unseeded_inputs_is_bad_input_never_a_pass():
+    rep = run("UnseededInputs", 2)
+    assert rep.status == "ERROR" and rep.exit_code == 2, render(rep)
+    assert rep.layers["compute"].codes.keys() == {"nondeterministic_inputs"}
+    assert rep.diagnosis.cause.startswith("no verdict: bad input")

@@ -130,3 +130,10 @@ class DiesOnRank(AllGatherGemm):
             import signal
             os.kill(os.getpid(), signal.SIGKILL)
         return super().fused(inputs, group)
+
+
+class UnseededInputs(AllGatherGemm):
+    """Breaks the spec contract: inputs drawn from the global RNG, not from (shape, rank, world, seed)."""
+
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return {"a": torch.randn(shape["m"], shape["k"]).to(dtype), "b": torch.ones(shape["k"], shape["n"], dtype=dtype)}

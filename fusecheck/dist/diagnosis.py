@@ -127,8 +127,17 @@ def incomplete(f: Facts) -> Finding | None:
     return None
 
 
+def bad_input(f: Facts) -> Finding | None:
+    errored = [(name, s) for name, s in (("comm", f.comm), ("compute", f.compute), ("whole", f.whole))
+               if s.status == "ERROR"]
+    if errored:
+        name, s = errored[0]
+        return Finding("no verdict: bad input or spec contract broken", f"layer {name}", s.first_failure)
+    return None
+
+
 RULES: list[Callable[[Facts], Finding | None]] = [
-    hang_or_crash, incomplete, synchronization, rank_subset, communication, compute, both, fused_only, cross_rank,
+    hang_or_crash, incomplete, bad_input, synchronization, rank_subset, communication, compute, both, fused_only, cross_rank,
 ]
 
 

@@ -44,6 +44,20 @@ class RunContext:
             return fn(*args)
 
 
+def _same_inputs(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, torch.Tensor):
+            if not (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
+                    and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
 def _clone(inputs: dict) -> dict:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
@@ -108,6 +122,10 @@ def compute_layer(ctx: RunContext, special: str | None = None) -> dict:
     bad = coll.precondition(sources, ctx.world)
     if bad:
         return _result(ctx, "compute", input_error("compute", "bad_input", f"{coll.name}: {bad}"))
+    if special is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
+        return _result(ctx, "compute", input_error(
+            "compute", "nondeterministic_inputs", "make_inputs returned different tensors for the same (shape, "
+            "rank, world, seed, dtype): layers 1 and 2 regenerate other ranks' inputs and need a pure function"))
     delivered, inputs = coll.deliver(sources, ctx.rank), dict(all_inputs[ctx.rank])
     if special:
         gen = torch.Generator().manual_seed(ctx.seed * 7919 + ctx.rank)
