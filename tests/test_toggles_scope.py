@@ -17,7 +17,7 @@ def chain(x):
 
 def _state():
     from torch._inductor import config
-    from torch._inductor import decomposition
+    from torch._inductor import decomposition, lowering
     from torch._inductor.graph import GraphLowering
     from torch._inductor.scheduler import Scheduler
     from torch._inductor.virtualized import V
@@ -31,6 +31,7 @@ def _state():
         "foreach": Scheduler.__dict__["create_foreach_nodes"],
         "choices": type(V.choices),
         "decomps": (decomposition.decompositions, decomposition.fast_random_decomps),
+        "lowering_decomps": lowering.decompositions,
     }
 
 
@@ -51,6 +52,19 @@ def test_every_toggle_and_all_together_restore_everything_they_touched():
     with toggled(list(TOGGLES)):
         assert _state() != before
     assert _state() == before and active() == ()
+
+
+def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind():
+    """Ops that are not decomposed get implicit fallbacks while lowering; the scope must remove them."""
+    from torch._inductor import lowering
+
+    before = set(lowering.lowerings)
+    torch._dynamo.reset()
+    with toggled(["decompositions"]):
+        torch.compile(lambda x: torch.nn.functional.gelu(x).softmax(-1))(torch.randn(4, 8))
+        added = set(lowering.lowerings) - before
+    assert added, "the toggle should have made Inductor fall back to aten for some op"
+    assert set(lowering.lowerings) == before
 
 
 def test_nesting_adds_toggles_and_unwinds_in_order():

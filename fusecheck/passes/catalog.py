@@ -152,15 +152,37 @@ def _minimal_decomps() -> dict[Any, Any]:
 
 @contextlib.contextmanager
 def _decomposition_table(module: Any, table: dict[Any, Any]) -> Any:
-    """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time)."""
+    """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time).
+
+    Ops that are no longer decomposed reach lowering and get implicit fallbacks. ``make_fallback`` asserts
+    that the op has no decomposition, reading ``lowering.decompositions`` on torch versions that do not pass
+    ``get_decomp_fn`` (2.11): that global is swapped too. Fallbacks registered inside the scope are removed
+    on exit, so the scope leaves Inductor's lowering table as it found it.
+    """
+    from torch._inductor import lowering
+
     saved = {"decompositions": module.decompositions, "fast_random_decomps": module.fast_random_decomps}
+    saved_lowering_decomps = getattr(lowering, "decompositions", None)
+    lowerings_before = dict(lowering.lowerings)
+    fallbacks = getattr(lowering, "fallbacks", None)
+    fallbacks_before = set(fallbacks) if fallbacks is not None else None
     module.decompositions = table
     module.fast_random_decomps = lambda: table
+    if saved_lowering_decomps is not None:
+        lowering.decompositions = table
     try:
         yield
     finally:
         for k, v in saved.items():
             setattr(module, k, v)
+        if saved_lowering_decomps is not None:
+            lowering.decompositions = saved_lowering_decomps
+        for op in set(lowering.lowerings) - set(lowerings_before):
+            del lowering.lowerings[op]
+        lowering.lowerings.update(lowerings_before)
+        if fallbacks_before is not None:
+            for op in set(fallbacks) - fallbacks_before:
+                fallbacks.discard(op)
 
 
 def _apply_decompositions(stack: contextlib.ExitStack) -> None:
