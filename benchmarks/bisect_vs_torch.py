@@ -4,7 +4,7 @@ For each planted case: compiles, wall time and what each tool names. torch's bis
 function a torch user would write (fresh compile, then `torch.allclose` against eager with fusecheck's
 default tolerance for the dtype, or bitwise equality); it is golden-unaware by design.
 
-    python benchmarks/bisect.py [--out docs/bisect_benchmark.md] [--only NAME,...]
+    python benchmarks/bisect_vs_torch.py [--out docs/bisect_benchmark.md] [--only NAME,...]
 """
 from __future__ import annotations
 
