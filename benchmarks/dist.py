@@ -10,10 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# benchmarks/ holds scripts named like stdlib modules (bisect.py): keep this folder off the import path
-_HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _HERE]
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels/ is imported from the repo root
 
 import argparse  # noqa: E402
 import os  # noqa: E402
