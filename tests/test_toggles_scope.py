@@ -58,13 +58,19 @@ def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind():
     """Ops that are not decomposed get implicit fallbacks while lowering; the scope must remove them."""
     from torch._inductor import lowering
 
-    before = set(lowering.lowerings)
-    torch._dynamo.reset()
-    with toggled(["decompositions"]):
-        torch.compile(lambda x: torch.nn.functional.gelu(x).softmax(-1))(torch.randn(4, 8))
-        added = set(lowering.lowerings) - before
-    assert added, "the toggle should have made Inductor fall back to aten for some op"
-    assert set(lowering.lowerings) == before
+    ops = [torch.ops.aten.hardswish.default, torch.ops.aten.logaddexp.default, torch.ops.aten.deg2rad.default]
+    leaked_earlier = {op: lowering.lowerings.pop(op) for op in ops if op in lowering.lowerings}  # hermetic
+    try:
+        before = set(lowering.lowerings)
+        torch._dynamo.reset()
+        with toggled(["decompositions"]):
+            fn = torch.compile(lambda x: torch.nn.functional.hardswish(x) + torch.logaddexp(x, 2 * x) + torch.deg2rad(x))
+            fn(torch.randn(4, 8))
+            added = set(lowering.lowerings) - before
+        assert set(ops) & added, "without decompositions these ops must reach lowering as aten fallbacks"
+        assert set(lowering.lowerings) == before
+    finally:
+        lowering.lowerings.update(leaked_earlier)
 
 
 def test_nesting_adds_toggles_and_unwinds_in_order():
