@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     policy = Policy.load(args.policy)
     case = load_target(args.target, seed=args.seed)
-    toggles = [t for t in args.toggles.split(",") if t]
+    toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
     report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
                        policy=policy, toggles=toggles, seed=args.seed)
     print(format_report(report))

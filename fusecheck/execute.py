@@ -20,9 +20,32 @@ class RunResult:
     outputs: dict[str, torch.Tensor]
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
     cotangents: dict[str, torch.Tensor] | None = None  # what the backward pass used (to reuse in other runs)
+    # inputs and module state (parameters, buffers) after the call, keyed "mutated.input[0]", "mutated.state.bn.running_mean"
+    after: dict[str, torch.Tensor] = field(default_factory=dict)
+    mutated: tuple[str, ...] = ()  # keys of `after` whose values the call changed
 
-    def all(self) -> dict[str, torch.Tensor]:
-        return {**self.outputs, **self.grads}
+    def all(self, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+        return {**self.outputs, **self.grads, **{k: self.after[k] for k in extra}}
+
+
+def state_snapshot(case: Case) -> dict[str, torch.Tensor]:
+    """A copy of the module state (parameters and buffers), to reset it before every run."""
+    model = case.model
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+def restore_state(case: Case, snapshot: dict[str, torch.Tensor]) -> None:
+    if snapshot:
+        with torch.no_grad():
+            for k, v in case.model.state_dict(keep_vars=True).items():
+                v.copy_(snapshot[k])
+
+
+def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
+    from fusecheck.compare.metrics import bitwise_equal
+    return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
 
 
 def flatten_outputs(out: Any) -> dict[str, torch.Tensor]:
@@ -42,12 +65,16 @@ def make_cotangents(outputs: dict[str, torch.Tensor], seed: int) -> dict[str, to
 
 
 def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
-             cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0) -> RunResult:
-    """Call `fn(*case.inputs, **case.kwargs)`; with `train`, backpropagate `cotangents` (made from `seed`
-    when None) and collect the gradients of parameters and floating inputs."""
+             cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0,
+             state: dict[str, torch.Tensor] | None = None) -> RunResult:
+    """Call `fn(*case.inputs, **case.kwargs)` on fresh copies of the inputs, after resetting the module
+    state to `state`, so that a model that mutates its inputs or buffers sees the same values every run;
+    what it mutated is returned in `after`/`mutated`. With `train`, backpropagate `cotangents` (made from
+    `seed` when None) and collect the gradients of parameters and floating inputs."""
     model = case.model
     params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
-    inputs = case.inputs
+    restore_state(case, state or {})
+    inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.inputs)
     if train:
         for p in params.values():
             p.grad = None
@@ -70,4 +97,22 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         for path, x in leaves:
             if isinstance(x, torch.Tensor) and x.grad is not None:
                 grads[f"grad.input{pytree.keystr(path)}"] = x.grad.detach().clone()
-    return RunResult({k: v.detach().clone() for k, v in outputs.items()}, grads, cots if train else None)
+    after, mutated = {}, []
+    pristine_inputs, _ = pytree.tree_flatten_with_path(case.inputs)
+    now_inputs = pytree.tree_leaves(inputs)
+    for (path, before), now in zip(pristine_inputs, now_inputs):
+        if isinstance(now, torch.Tensor):
+            key = f"mutated.input{pytree.keystr(path)}"
+            after[key] = now.detach()
+            if _changed(now.detach(), before.detach()):
+                mutated.append(key)
+    if state:
+        for k, v in model.state_dict(keep_vars=True).items():
+            key = f"mutated.state.{k}"
+            if _changed(v.detach(), state[k]):
+                after[key] = v.detach().clone()
+                mutated.append(key)
+            else:
+                after[key] = state[k]
+    return RunResult({k: v.detach().clone() for k, v in outputs.items()}, grads, cots if train else None,
+                     after, tuple(mutated))

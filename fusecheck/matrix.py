@@ -37,10 +37,11 @@ class MatrixRow:
     report: Any = None  # CheckReport
     movement: float = 0.0  # max over outputs of |log2(rmse_row / rmse_reference)|
     most: bool = False
+    no_effect: bool = False  # same kernels and the very same numbers as its reference row
 
     # -- numbers from the report ----------------------------------------------------------------------
     def _comparisons(self) -> list[Any]:
-        return list(self.report.rows) if self.report is not None else []
+        return list(getattr(self.report, "rows", []))
 
     def golden_rmse(self) -> dict[str, float]:
         return {c.name: c.vs_golden.rmse for c in self._comparisons() if c.vs_golden is not None}
@@ -74,7 +75,7 @@ class MatrixRow:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "toggles": list(self.toggles), "reference": self.reference,
-            "skipped": self.skipped, "movement": self.movement, "moves_most": self.most,
+            "skipped": self.skipped, "movement": self.movement, "moves_most": self.most, "no_effect": self.no_effect,
             **self.numbers(),
             "census": self.report.census.to_dict() if self.report is not None and self.report.census else None,
             "report": self.report.to_dict() if self.report is not None else None,
@@ -115,10 +116,14 @@ class MatrixReport:
             fused = "" if n["kernels"] is None else f"{n['fx_nodes_fused']}->{n['fused_kernels']}"
             move = "" if r.reference is None else f"{r.movement:.2f} ({r.reference})"
             body.append([r.name, n["kernels"], fused, diff, _g(n["rmse"]), _g(n["max_rel"]), _g(n["ulp_max"]),
-                         _g(n["error_ratio"]), move, n["verdict"], MARK if r.most else ""])
+                         _g(n["error_ratio"]), move, n["verdict"],
+                         MARK if r.most else (NO_EFFECT if r.no_effect else "")])
         legend = ("!= eager: elements not bitwise equal to eager; rmse/max rel/ulp: compiled vs golden (worst "
                   "output); ratio: compiled rmse / eager rmse; vs ref: max |log2| change of rmse vs the reference row")
         return tabulate(body, headers=head) + "\n" + legend
+
+
+NO_EFFECT = "no effect on this target (same kernels, same numbers)"
 
 
 def _g(x: float | None) -> str:
@@ -133,13 +138,24 @@ def _movement(row: MatrixRow, ref: MatrixRow) -> float:
     return max(moves, default=0.0)
 
 
+def _fingerprint(row: MatrixRow) -> tuple[Any, ...]:
+    """What a toggle could change: the kernels (census signature) and every output's numbers."""
+    census = getattr(row.report, "census", None)
+    kernels = census.signature() if census is not None and hasattr(census, "signature") else None
+    numbers = tuple((c.name, tuple(sorted(c.vs_golden.values.items())) if c.vs_golden else None,
+                     c.vs_reference.bitwise_equal if c.vs_reference else None) for c in row._comparisons())
+    return kernels, numbers
+
+
 def mark_most_moved(rows: list[MatrixRow]) -> None:
-    """Set each row's movement against its reference row; mark the largest (none if nothing moved)."""
+    """Set each row's movement against its reference row; mark the largest (none if nothing moved) and
+    mark rows identical to their reference as having no effect, so a silent no-op is visible."""
     by_name = {r.name: r for r in rows if r.report is not None}
     for row in rows:
         ref = by_name.get(row.reference) if row.reference else None
         if row.report is not None and ref is not None:
             row.movement = _movement(row, ref)
+            row.no_effect = _fingerprint(row) == _fingerprint(ref)
     movers = [r for r in rows if r.report is not None and r.reference and r.movement > 0]
     if movers:
         max(movers, key=lambda r: r.movement).most = True
@@ -222,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.policy import Policy
     from fusecheck.report.json_report import write_json
 
-    toggles = None if args.toggles is None else [t for t in args.toggles.split(",") if t.strip()]
+    toggles = None if args.toggles is None else [t.strip() for t in args.toggles.split(",") if t.strip()]
     if toggles is not None and not toggles:
         raise ToggleError("--toggles is empty; leave it out for every applicable toggle")
     case = load_target(args.target, seed=args.seed)

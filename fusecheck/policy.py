@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,7 @@ class Policy:
         """Tolerance for comparing two tensors of `dtype`; exact for integers and bools."""
         if not dtype.is_floating_point and not dtype.is_complex:
             return Tolerance(0.0, 0.0)
-        name = dtype_name(dtype)
+        name = _COMPLEX_PARTS.get(dtype_name(dtype), dtype_name(dtype))
         if name not in self.tolerances:  # fp8 and friends: the loosest floating default, stated in report
             return max(self.tolerances.values(), key=lambda t: t.rtol)
         return self.tolerances[name]
@@ -183,7 +184,12 @@ class Policy:
         return cls()
 
 
+_COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
+
+
 def _relaxation(key: str, old: Any, new: Any, reason: str, loosens: bool, source: str) -> Relaxation:
+    if not (isinstance(new, (int, float)) and math.isfinite(new) and new >= 0):
+        raise PolicyError(f"{source}: {key} = {new!r} is not a finite number >= 0")
     if loosens and not reason.strip():
         raise PolicyError(f"{source}: {key} loosened from {old} to {new} without a 'reason'; "
                           "every relaxation must say why")

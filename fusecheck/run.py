@@ -17,7 +17,7 @@ from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.devices import resolve_device, resolve_dtype
-from fusecheck.execute import RunResult, run_once
+from fusecheck.execute import RunResult, run_once, state_snapshot
 from fusecheck.golden import cast_tree, golden_case, prepare_case
 from fusecheck.policy import Policy
 
@@ -93,12 +93,12 @@ def _toggle_contexts(toggles: Sequence[str], backend: Backend, stack: contextlib
 
 
 def _judge_row(name: str, compiled: RunResult, compiled2: RunResult, eager: RunResult, eager2: RunResult,
-               golden: RunResult, policy: Policy, exact: bool, notes: list[str]) -> Comparison:
-    e1, e2, g = eager.all().get(name), eager2.all().get(name), golden.all().get(name)
-    c1, c2 = compiled.all().get(name), compiled2.all().get(name)
+               golden: RunResult, policy: Policy, exact: bool, mutated: tuple[str, ...]) -> Comparison:
+    e1, e2, g = eager.all(mutated).get(name), eager2.all(mutated).get(name), golden.all(mutated).get(name)
+    c1, c2 = compiled.all(mutated).get(name), compiled2.all(mutated).get(name)
     if c1 is None:
         return input_error(name, "structure_mismatch", f"compiled produced no {name} (eager did)", e1)
-    if not e1.is_floating_point():
+    if not (e1.is_floating_point() or e1.is_complex()):
         g = None  # integers and bools are compared exactly against eager
     ref_g = None
     eager_noisy = bitwise_equal(e1, e2) != e1.numel()
@@ -137,9 +137,10 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     t = time.perf_counter()
     torch.manual_seed(seed)
-    eager = run_once(prepared.model, prepared, train=train, seed=seed)
+    state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
+    eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
     cotangents = eager.cotangents
-    eager2 = run_once(prepared.model, prepared, train=train, cotangents=cotangents)
+    eager2 = run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state)
     timings["eager"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -149,8 +150,8 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     with contextlib.ExitStack() as stack:
         census = _toggle_contexts(toggles, be, stack)
         try:
-            compiled = run_once(compiled_fn, prepared, train=train, cotangents=cotangents)
-            compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents)
+            compiled = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
+            compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
         except TargetError:
             raise
         except Exception as exc:
@@ -160,7 +161,8 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     t = time.perf_counter()
     gcase = golden_case(prepared, dev.golden_dtype)
-    golden = run_once(gcase.model, gcase, train=train, cotangents=cast_tree(cotangents, dev.golden_dtype))
+    golden = run_once(gcase.model, gcase, train=train, cotangents=cast_tree(cotangents, dev.golden_dtype),
+                      state=state_snapshot(gcase))
     timings["golden"] = time.perf_counter() - t
 
     notes = []
@@ -174,9 +176,14 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     if exact:
         notes.append("every captured graph is pure data movement: forward outputs must be bitwise equal to eager")
 
+    # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
+    mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
+    if mutated:
+        notes.append(f"the model mutates {', '.join(k.removeprefix('mutated.') for k in mutated)}: "
+                     "the values after the call are judged too")
     t = time.perf_counter()
-    rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, notes)
-            for name in eager.all()]
+    rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, mutated)
+            for name in eager.all(mutated)]
     for name in compiled.all().keys() - eager.all().keys():
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))
     timings["compare"] = time.perf_counter() - t
@@ -184,6 +191,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     return CheckReport(case.name, be.name, str(run_dtype or "model dtype").removeprefix("torch."), device, train,
                        seed, policy, rows, capture.graphs, notes, tuple(toggles), census,
-                       eager_repeatable=all(bitwise_equal(v, eager2.all()[k]) == v.numel() for k, v in eager.all().items()),
+                       eager_repeatable=all(bitwise_equal(v, eager2.all(mutated)[k]) == v.numel()
+                                            for k, v in eager.all(mutated).items()),
                        compiled_repeatable=all(r.verdict.code != "nondeterministic_compiled" for r in rows),
                        movement_only=exact, seconds=timings)

@@ -56,3 +56,29 @@ def int_and_float():
 
 def builder_returns_none():
     return None
+
+
+class MutatesInput(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x.sin()
+
+
+class MutatesBuffer(nn.Module):
+    """A running statistic updated in place, like BatchNorm in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running", torch.zeros(5))
+
+    def forward(self, x):
+        self.running.mul_(0.9).add_(0.1 * x.mean(0))
+        return x * 2
+
+
+def mutates_input():
+    return Case(MutatesInput(), (torch.randn(8, 5),), "mutates_input")
+
+
+def mutates_buffer():
+    return Case(MutatesBuffer(), (torch.randn(8, 5),), "mutates_buffer")

@@ -122,3 +122,13 @@ def flip_one_bit(gm, example_inputs):
         flat[3] = torch.nextafter(flat[3], torch.tensor(float("inf"), dtype=o.dtype))
         return [o, *outs[1:]]
     return run
+
+
+def shift_outputs(gm, example_inputs):
+    """Every floating output 0.3 too large: a wrong result on any model."""
+    return lambda *args: [o + 0.3 if o.is_floating_point() else o for o in gm(*args)]
+
+
+def drop_mutations(gm, example_inputs):
+    """Runs the graph on copies of its inputs: outputs are right, in-place updates are lost."""
+    return lambda *args: gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])

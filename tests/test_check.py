@@ -113,3 +113,21 @@ def test_inductor_passes_on_reference_models(target, dtype):
 def test_inductor_inference_path_passes():
     r = check("models/transformer_block.py:build", backend="inductor", dtype="bf16")
     assert r.passed and r.graphs[0].n_nodes > 10
+
+
+@pytest.mark.parametrize("target", ["tests/cases.py:mutates_input", "tests/cases.py:mutates_buffer"])
+def test_mutating_models_start_every_run_from_the_same_state(target):
+    """Runs must not see each other's in-place updates: eager is judged on the pristine inputs every time."""
+    r = check(target, backend="aot_eager")
+    assert r.passed and r.eager_repeatable
+    assert any(row.name.startswith("mutated.") for row in r.rows)
+    bad = check(target, backend=PLANTED + "shift_outputs")
+    assert bad.status == "FAIL" and bad.rows[0].verdict.code == "worse_than_eager"
+
+
+@pytest.mark.parametrize("target,mutated", [("tests/cases.py:mutates_input", "mutated.input[0]"),
+                                            ("tests/cases.py:mutates_buffer", "mutated.state.running")])
+def test_lost_in_place_update_fails(target, mutated):
+    r = check(target, backend=PLANTED + "drop_mutations")
+    row = next(row for row in r.rows if row.name == mutated)
+    assert not row.passed and r.status == "FAIL"

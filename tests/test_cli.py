@@ -60,6 +60,10 @@ def test_baseline_accepts_known_failures_only(tmp_path, capsys):
     other = ["check", "models/conv_bn_relu.py:build", "--backend", PLANTED + "bf16_matmul", "--baseline", str(base)]
     assert main(other) == 1
     assert "new failure conv_bn_relu" in capsys.readouterr().out
+    # the same row failing in a different way is a new failure, not a known one
+    changed = ["check", "models/mlp.py:build", "--backend", PLANTED + "inject_nan", "--baseline", str(base)]
+    assert main(changed) == 1
+    assert "nan_inf_mismatch" in capsys.readouterr().out
 
 
 def test_console_script_help():

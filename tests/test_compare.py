@@ -131,3 +131,26 @@ def test_policy_relaxation_changes_the_verdict(golden):
     assert compare(compiled, eager, golden).verdict.status is Status.FAIL
     relaxed = Policy.from_mapping({"tolerance": {"fp32": {"rtol": 1e-4, "atol": 1e-4, "reason": "tf32 matmuls"}}}, "t")
     assert compare(compiled, eager, golden, policy=relaxed).verdict.code == "within_tolerance"
+
+
+def test_complex_outputs_are_judged_on_both_parts():
+    e = torch.randn(100, dtype=torch.complex64)
+    c = e.clone()
+    c.imag += 5
+    g = e.to(torch.complex128)
+    assert compare(c, e, g).verdict.status is Status.FAIL
+    assert compare(e.clone(), e, g).verdict.code == "bitwise_equal"
+    assert Policy().tolerance(torch.complex64).rtol == 1e-5
+
+
+@pytest.mark.parametrize("fill", [math.nan, math.inf])
+def test_outputs_without_a_finite_value_never_pass(golden, fill):
+    bad = torch.full((4096,), fill)
+    assert compare(bad.clone(), bad.clone(), golden).verdict.code == "no_finite_values"
+    assert compare(bad.clone(), bad.clone(), golden).verdict.status is Status.ERROR
+    assert compare(bad.clone(), golden.float(), golden).verdict.code == "nan_inf_mismatch"
+
+
+def test_ulp_of_float64_results_is_finite():
+    m = pair_metrics(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0.0, 1.0 + 1e-9], dtype=torch.float64))
+    assert math.isfinite(m.ulp_max) and m.ulp_max > 0

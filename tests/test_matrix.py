@@ -74,6 +74,17 @@ def test_the_row_that_moves_most_against_its_reference_is_marked():
     assert not any(r.most for r in still)
 
 
+def test_a_toggle_with_no_effect_is_flagged_not_shown_as_a_plain_pass(target, report):
+    """CPU Inductor never splits reductions: the row equals the baseline and must say so."""
+    from fusecheck.case import load_target
+    from fusecheck.matrix import NO_EFFECT
+
+    m = run_matrix(load_target(target), ["split_reductions"])
+    assert m.rows[1].name == "split_reductions" and m.rows[1].no_effect
+    assert NO_EFFECT in m.table()
+    assert not report.rows[1].no_effect  # fusion.pointwise changes the kernels
+
+
 def test_the_marker_shows_in_the_table(report):
     assert (MARK in report.table()) == any(r.most for r in report.rows)
 

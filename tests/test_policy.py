@@ -49,3 +49,14 @@ def test_bad_policy_files(tmp_path):
     bad.write_text("colour = 'red'\n")
     with pytest.raises(PolicyError, match="unknown policy keys"):
         Policy.load(bad)
+
+
+@pytest.mark.parametrize("data", [
+    {"tolerance": {"fp32": {"rtol": float("nan"), "reason": "x"}}},
+    {"ratios": {"rmse": float("nan"), "reason": "x"}},
+    {"ratios": {"max_rel": float("inf"), "reason": "x"}},
+    {"tolerance": {"bf16": {"atol": -1.0}}},
+])
+def test_non_finite_or_negative_numbers_are_refused(data):
+    with pytest.raises(PolicyError, match="finite number >= 0"):
+        Policy.from_mapping(data, "x")

@@ -74,7 +74,18 @@ def _structural_check(name: str, result, reference, golden) -> Comparison | None
     if golden is not None and golden.is_floating_point() and bool(torch.isnan(golden).all()):
         return input_error(name, "golden_all_nan", "golden (fp64) output is all NaN: the model or inputs are "
                            "broken, no verdict is possible", result)
+    if result.is_floating_point() and not bool(torch.isfinite(result).any()):
+        if bool(torch.isfinite(reference).any()):
+            return input_error(name, "nan_inf_mismatch", "compiled output has no finite value (all NaN/Inf); "
+                               "eager has finite values", result)
+        return input_error(name, "no_finite_values", "compiled and eager outputs have no finite value (all "
+                           "NaN/Inf): nothing to judge, cannot pass", result)
     return None
+
+
+def _as_real(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Complex tensors are judged on (real, imag) pairs: casting to a real dtype would drop the imaginary part."""
+    return torch.view_as_real(t.resolve_conj()) if t is not None and t.is_complex() else t
 
 
 def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor | None = None, *,
@@ -89,6 +100,11 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     bad = _structural_check(name, result, reference, golden)
     if bad is not None:
         return bad
+    if result.is_complex():
+        result, reference, golden = _as_real(result), _as_real(reference), _as_real(golden)
+        bad = _structural_check(name, result, reference, golden)  # NaN/finiteness of the real view
+        if bad is not None:
+            return bad
     tol = policy.tolerance(result.dtype)
     kwargs = dict(ulp_dtype=result.dtype, rtol=tol.rtol, atol=tol.atol,
                   small_threshold=policy.small_value_threshold(result.dtype))

@@ -190,7 +190,8 @@ def make_chunk(a_raw: torch.Tensor, b_raw: torch.Tensor, *, ulp_dtype: torch.dty
     # frexp: |b| = m * 2^e with m in [0.5, 1), so floor(log2|b|) = e - 1 (and b == 0 -> min_eb)
     exponent = torch.frexp(babs).exponent
     eb = torch.where(babs > 0, exponent - 1, min_eb).clamp_(min=min_eb)
-    ulp = torch.ldexp(absdiff, (mant - eb).to(acc))
+    # ldexp(0, 1074) would be 0 * inf = NaN for fp64: zero differences are zero ULP
+    ulp = torch.where(absdiff > 0, torch.ldexp(absdiff, (mant - eb).to(acc)), 0.0)
     return Chunk(af, bf, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
                  nonfinite_mismatch, bits_equal, rtol, atol, small_atol, a, b)
 

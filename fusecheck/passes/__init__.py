@@ -46,7 +46,7 @@ def applicability(
         if not graphs:
             out[t.name] = None
             continue
-        if t.name == "partitioner.no_recompute" and train is not None:
+        if t.training_only and train is not None:
             out[t.name] = None if train else "not applicable: inference run (no backward to partition)"
             continue
         reasons = [t.applies_to(gm) for gm in graphs]

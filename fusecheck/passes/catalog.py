@@ -319,6 +319,7 @@ _ENTRIES = [
         "custom_partitioner_fn = default_partition (instead of min-cut rematerialization)",
         _apply_no_recompute,
         _training,
+        training_only=True,
     ),
     Toggle(
         "emulate_precision_casts",

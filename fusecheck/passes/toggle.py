@@ -25,6 +25,8 @@ class Toggle:
     reference: tuple[str, ...] = ()
     # Other toggle names this one switches on as well (fusion.template implies max_autotune).
     implies: tuple[str, ...] = ()
+    # Acts on the backward graph only (the partitioner): not applicable to an inference run.
+    training_only: bool = False
 
     def check(self) -> None:
         """Raise ToggleUnsupported if the installed torch cannot apply this toggle (touches nothing)."""

@@ -27,26 +27,32 @@ class BaselineDiff:
         return out
 
 
-def _key(case: str, dtype: str, train: bool, name: str) -> str:
-    return f"{case}/{dtype}/{'train' if train else 'fwd'}/{name}"
+def _key(report: dict, name: str) -> str:
+    """A row is the same row only under the same case, backend, device, dtype, mode and toggles."""
+    toggles = ",".join(sorted(report.get("toggles") or [])) or "-"
+    return (f"{report['case']}/{report['backend']}/{report['device']}/{report['dtype']}/"
+            f"{'train' if report['train'] else 'fwd'}/{toggles}/{name}")
 
 
 def load_baseline(path: str | Path) -> dict[str, str]:
-    """Map row key -> status from a report JSON written by --json."""
+    """Map row key -> 'STATUS code' from a report JSON written by --json."""
     data = json.loads(Path(path).read_text())
     reports = data if isinstance(data, list) else [data]
-    return {_key(r["case"], r["dtype"], r["train"], row["name"]): row["verdict"]["status"]
+    return {_key(r, row["name"]): f"{row['verdict']['status']} {row['verdict']['code']}"
             for r in reports for row in r["rows"]}
 
 
 def diff_against(report, baseline: dict[str, str]) -> BaselineDiff:
     diff = BaselineDiff()
+    header = {"case": report.case, "backend": report.backend, "device": report.device, "dtype": report.dtype,
+              "train": report.train, "toggles": list(report.toggles)}
     for row in report.rows:
-        key = _key(report.case, report.dtype, report.train, row.name)
+        key = _key(header, row.name)
         before = baseline.get(key)
+        now = f"{row.verdict.status.value} {row.verdict.code}"
         if not row.passed:
-            (diff.known_failures if before not in (None, "PASS") and before == row.verdict.status.value
-             else diff.new_failures).append(key)
-        elif before not in (None, "PASS"):
+            # known only when it failed before in the same way: a new kind of failure is a new failure
+            (diff.known_failures if before == now else diff.new_failures).append(f"{key} ({now})")
+        elif before is not None and not before.startswith("PASS"):
             diff.fixed.append(key)
     return diff
