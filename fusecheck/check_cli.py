@@ -20,7 +20,8 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default=None, help="cast model and floating inputs")
     p.add_argument("--device", default="cpu", help="cpu, cuda (npu through torch_npu)")
     p.add_argument("--seed", type=int, default=0, help="seed for model weights, inputs and cotangents")
-    p.add_argument("--train", action="store_true", help="also compare gradients of parameters and inputs")
+    p.add_argument("--train", action="store_true",
+                   help="also compare gradients of parameters and inputs (the model stays in eval() mode: no dropout)")
     p.add_argument("--policy", default=None, help="policy file (TOML/JSON); default: [tool.fusecheck] in pyproject.toml")
     p.add_argument("--json", dest="json_path", default=None, help="write the full report as JSON")
 
