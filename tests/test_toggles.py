@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -153,9 +155,11 @@ def test_emulate_precision_casts_shrinks_the_bitwise_difference_to_eager():
 
 def test_fallback_random_uses_the_aten_rng():
     before, inside = around("rand_add", ("fallback_random",))
-    names = lambda c: " ".join(c.graph.nodes[k]["name"] for k in c.kernels)  # noqa: E731
-    assert "rand_like" not in names(before).replace("cpp_fused_add_rand_like", "")
-    assert "aten.rand_like" in names(inside)
+    names = lambda c: [c.graph.nodes[k]["name"] for k in c.kernels]  # noqa: E731
+    # torch 2.13 falls back to aten.rand_like, 2.11 to aten.rand (Inductor's own seeds are aten.randint)
+    aten_rng = re.compile(r"\baten\.rand(_like)?(\.|$)")
+    assert not any(aten_rng.search(n) for n in names(before)), names(before)
+    assert any(aten_rng.search(n) for n in names(inside)), names(inside)
 
 
 def test_split_reductions_config_is_scoped():

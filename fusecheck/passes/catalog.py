@@ -345,8 +345,9 @@ _ENTRIES = [
     Toggle(
         "max_autotune",
         "autotuned matmul/conv templates on, with their epilogue/prologue fusion (fusion.template's reference)",
-        "max_autotune=True",
-        _config("max_autotune", max_autotune=True),
+        "max_autotune=True, benchmark_epilogue_fusion=False (every legal epilogue is fused, not only those a "
+        "benchmark favours, so that fusion.template's difference is deterministic)",
+        _config("max_autotune", max_autotune=True, benchmark_epilogue_fusion=False),
         _needs("matmul", "not applicable: no matmul or convolution in the graph"),
     ),
 ]
