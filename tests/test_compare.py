@@ -154,3 +154,15 @@ def test_outputs_without_a_finite_value_never_pass(golden, fill):
 def test_ulp_of_float64_results_is_finite():
     m = pair_metrics(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0.0, 1.0 + 1e-9], dtype=torch.float64))
     assert math.isfinite(m.ulp_max) and m.ulp_max > 0
+
+
+def test_all_nonfinite_golden_is_judged_by_positions():
+    """NaN/Inf propagation tests: every golden element is NaN or Inf; only positions can be compared."""
+    golden = torch.tensor([math.inf, -math.inf, math.nan, math.inf], dtype=torch.float64)
+    eager = golden.float()
+    assert compare(eager.clone(), eager, golden).verdict.code == "nonfinite_positions_match"
+    shuffled = eager[[1, 0, 2, 3]].contiguous()
+    assert compare(shuffled, eager, golden).verdict.code == "nan_inf_mismatch"
+    payload = eager.clone()
+    payload[2] = -payload[2]  # a NaN with another sign bit: not bitwise equal, same positions
+    assert compare(payload, eager, golden).verdict.code == "nonfinite_positions_match"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.compare.metrics import METRICS, Metrics, multi_pair_metrics, pair_metrics
+from fusecheck.compare.metrics import METRICS, Metrics, classify_nonfinite, multi_pair_metrics, pair_metrics
 from fusecheck.compare.verdict import RATIO_CHECKS, Status, Verdict, judge
 from fusecheck.policy import Policy
 
@@ -75,12 +75,27 @@ def _structural_check(name: str, result, reference, golden) -> Comparison | None
         return input_error(name, "golden_all_nan", "golden (fp64) output is all NaN: the model or inputs are "
                            "broken, no verdict is possible", result)
     if result.is_floating_point() and not bool(torch.isfinite(result).any()):
-        if bool(torch.isfinite(reference).any()):
-            return input_error(name, "nan_inf_mismatch", "compiled output has no finite value (all NaN/Inf); "
-                               "eager has finite values", result)
-        return input_error(name, "no_finite_values", "compiled and eager outputs have no finite value (all "
-                           "NaN/Inf): nothing to judge, cannot pass", result)
+        return _no_finite_result(name, result, reference, golden)
     return None
+
+
+def _no_finite_result(name: str, result, reference, golden) -> Comparison:
+    """The compiled output holds only NaN/Inf. Only when the golden is non-finite everywhere too (a NaN/Inf
+    propagation test) can positions be judged; otherwise this never passes."""
+    if golden is not None and not bool(torch.isfinite(golden).any()):
+        pattern = classify_nonfinite(result)
+        if bool((pattern == classify_nonfinite(golden.to(result.device))).all()):
+            if bool((pattern == classify_nonfinite(reference)).all()):
+                return Comparison(name, str(result.dtype).removeprefix("torch."), tuple(result.shape),
+                                  Verdict(Status.PASS, "nonfinite_positions_match", "every element is NaN/Inf, "
+                                          "as in the golden and eager, at the same positions"))
+        return input_error(name, "nan_inf_mismatch", "NaN/Inf positions of compiled differ from the golden's "
+                           "(every golden element is NaN/Inf)", result)
+    if bool(torch.isfinite(reference).any()):
+        return input_error(name, "nan_inf_mismatch", "compiled output has no finite value (all NaN/Inf); "
+                           "eager has finite values", result)
+    return input_error(name, "no_finite_values", "compiled and eager outputs have no finite value (all "
+                       "NaN/Inf): nothing to judge, cannot pass", result)
 
 
 def _as_real(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -144,7 +144,7 @@ class Metrics:
         return self.values["bitwise_equal"] == self.values["numel"]
 
 
-def _classify_nonfinite(x: torch.Tensor) -> torch.Tensor:
+def classify_nonfinite(x: torch.Tensor) -> torch.Tensor:
     """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
     return (torch.isnan(x).to(torch.int8) + 2 * (x == math.inf).to(torch.int8) + 3 * (x == -math.inf).to(torch.int8))
 
@@ -181,7 +181,7 @@ def make_chunk(a_raw: torch.Tensor, b_raw: torch.Tensor, *, ulp_dtype: torch.dty
         nonfinite_mismatch = torch.zeros_like(finite)
     else:
         af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
-        nonfinite_mismatch = _classify_nonfinite(a) != _classify_nonfinite(b)
+        nonfinite_mismatch = classify_nonfinite(a) != classify_nonfinite(b)
     diff = af - bf
     absdiff = diff.abs_()
     babs = bf.abs()
