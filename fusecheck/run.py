@@ -189,7 +189,9 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     timings["compare"] = time.perf_counter() - t
     notes.extend(r.describe() for r in policy.relaxations)
 
-    return CheckReport(case.name, be.name, str(run_dtype or "model dtype").removeprefix("torch."), device, train,
+    own = next((v.dtype for v in eager.outputs.values() if v.is_floating_point()), None)
+    shown = str(run_dtype) if run_dtype else f"{own or 'none'} (the model's own)"
+    return CheckReport(case.name, be.name, shown.replace("torch.", ""), device, train,
                        seed, policy, rows, capture.graphs, notes, tuple(toggles), census,
                        eager_repeatable=all(bitwise_equal(v, eager2.all(mutated)[k]) == v.numel()
                                             for k, v in eager.all(mutated).items()),
