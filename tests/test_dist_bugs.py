@@ -61,6 +61,19 @@ def test_dropped_nan_is_compute_nan_propagation():
     assert all(v.startswith("nan_inf") for v in rep.layers["compute"].variants_failed)
 
 
+@pytest.mark.parametrize("cls, code, kind", [("WrongDtype", "dtype_mismatch", "dtype"),
+                                            ("WrongShape", "shape_mismatch", "shape"),
+                                            ("WrongDtypeOnRank", "dtype_mismatch", "dtype")])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_wrong_output_dtype_or_shape_is_output_contract(cls, code, kind, dtype):
+    rep = run(cls, 2, dtype=dtype, repeat=2)
+    assert verdicts(rep) == {"comm": "PASS", "compute": "PASS", "whole": "FAIL"}, render(rep)
+    assert rep.layers["whole"].codes.keys() == {code}
+    assert rep.diagnosis.cause == f"output contract: fused() returns the wrong {kind}", render(rep)
+    # not also blamed on overlap/synchronization or on rank-dependent layout
+    assert [f.cause for f in rep.diagnosis.findings] == [rep.diagnosis.cause], render(rep)
+
+
 # Missing wait under --stress: each run sleeps 0-20 ms before every collective on every rank, so a consumer that
 # skips the wait reads its chunk before the slowest peer has even joined that gather, in nearly every run
 # (measured here: 30/30 runs at 2 and 4 ranks, Wilson 95% lower bound 0.88). With 10 runs, even a per-run

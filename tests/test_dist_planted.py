@@ -70,6 +70,28 @@ class DropsNaN(AllGatherGemm):
         return torch.nan_to_num(x, nan=0.0, posinf=float("inf"), neginf=float("-inf")) @ b
 
 
+class WrongDtype(AllGatherGemm):
+    """Returns its output upcast to float64 (an accumulator returned without the final cast)."""
+
+    def fused(self, inputs, group):
+        return super().fused(inputs, group).double()
+
+
+class WrongShape(AllGatherGemm):
+    """Returns its output flattened (the kernel's flat output buffer, never viewed back to rows x cols)."""
+
+    def fused(self, inputs, group):
+        return super().fused(inputs, group).reshape(-1)
+
+
+class WrongDtypeOnRank(AllGatherGemm):
+    """Only one rank returns the wrong dtype: rank-dependent, but still an output-contract bug, not layout."""
+
+    def fused(self, inputs, group):
+        out = super().fused(inputs, group)
+        return out.double() if dist.get_rank(group) == 1 else out
+
+
 class HangsOnRank(AllGatherGemm):
     """One rank never returns from the fused call."""
 

@@ -87,12 +87,13 @@ def test_wilson_interval_known_values():
     assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
 
 
-def _facts(comm="PASS", compute="PASS", whole="PASS", whole_ranks=(), world=4, outcome="ok", **kw):
+def _facts(comm="PASS", compute="PASS", whole="PASS", whole_ranks=(), world=4, outcome="ok", whole_codes=None,
+           **kw):
     def s(name, status, **extra):
         x = LayerSummary(name, status, runs=4, failed_runs=4 if status == "FAIL" else 0, **extra)
         return x
     w = s("whole", whole, ranks_per_failed_run=[list(whole_ranks)] * (4 if whole == "FAIL" else 0),
-          failing_ranks=list(whole_ranks))
+          failing_ranks=list(whole_ranks), codes=whole_codes or ({"fail": 4} if whole == "FAIL" else {}))
     return Facts(s("comm", comm, **kw), s("compute", compute), w, {"status": "PASS"}, outcome, [], "", world)
 
 
@@ -103,9 +104,20 @@ def _facts(comm="PASS", compute="PASS", whole="PASS", whole_ranks=(), world=4, o
     (_facts(whole="FAIL", whole_ranks=(1, 2)), "layout / rank order"),
     (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3), nondeterministic_shapes=[0]), "synchronization"),
     (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3)), "interaction"),
+    (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3), whole_codes={"dtype_mismatch": 4}), "output contract"),
+    (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3), whole_codes={"type_mismatch": 4}), "output contract"),
+    (_facts(whole="FAIL", whole_ranks=(1,), whole_codes={"device_mismatch": 1}), "output contract"),
+    (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3), whole_codes={"golden_shape_mismatch": 4}), "golden contract"),
+    (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1), whole_codes={"shape_mismatch": 4}), "output contract"),
 ])
 def test_diagnosis_rules(facts, cause):
     assert diagnose(facts).cause.startswith(cause)
+
+
+def test_output_contract_failures_are_not_also_called_interaction_or_layout():
+    for ranks in ((0, 1, 2, 3), (1,)):
+        d = diagnose(_facts(whole="FAIL", whole_ranks=ranks, whole_codes={"shape_mismatch": 4}))
+        assert [f.cause for f in d.findings] == ["output contract: fused() returns the wrong shape"]
 
 
 def test_stress_wraps_and_restores_dist_calls(monkeypatch):
@@ -139,3 +151,26 @@ def test_backend_selection_on_this_machine():
             select_backend("hccl", 2)
     with pytest.raises(BackendUnavailable, match="unknown backend"):
         select_backend("mpi-over-carrier-pigeon", 2)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3,), (2, 5), (4, 2), (3, 1), (8, 16), (2, 3, 4)])
+def test_planted_specials_leave_a_finite_row_and_column(shape):
+    from fusecheck.dist.layers import plant_specials
+    t = plant_specials(torch.zeros(shape), torch.Generator().manual_seed(3))
+    rows = t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
+    bad = ~torch.isfinite(rows)
+    assert bool(torch.isnan(rows).any())                         # NaN always planted
+    assert not bool(bad.any(0).all()) or rows.shape[1] == 1      # some column stays finite
+    assert not bool(bad.any(1).all()) or rows.shape[0] == 1      # some row stays finite
+    if min(max(1, rows.shape[0] - 1) * max(1, rows.shape[1] - 1), 3) == 3:
+        assert {float(v) for v in rows[bad]} >= {float("inf"), float("-inf")}
+
+
+def test_planted_specials_in_a_three_column_gemm_operand_keep_finite_outputs():
+    """AllGatherGemm's default shape m=2, k=5, n=3: specials in all 3 columns of one row of b made every output
+    NaN/Inf, leaving layer 2 nothing finite to judge."""
+    from fusecheck.dist.layers import plant_specials
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    for seed in range(20):
+        out = a @ plant_specials(b, torch.Generator().manual_seed(seed))
+        assert bool(torch.isfinite(out).any()) and not bool(torch.isfinite(out).all())

@@ -72,10 +72,43 @@ def synchronization(f: Facts) -> Finding | None:
     return Finding("synchronization (missing wait, early buffer reuse, race)", "comm+compute overlap", "; ".join(why))
 
 
+# `fusecheck.compare` codes for an output that could not be compared at all: the returned object's type, shape,
+# dtype or device differs from the reference's. Deterministic properties of what a layer returns, not of timing.
+CONTRACT_CODES = {"type_mismatch": "type", "shape_mismatch": "shape", "dtype_mismatch": "dtype",
+                  "device_mismatch": "device"}
+GOLDEN_CONTRACT_CODES = {"golden_shape_mismatch"}
+
+
+def _contract_only(s: LayerSummary) -> bool:
+    """Every failing result of this layer is an output-contract mismatch (no numeric verdict was reached)."""
+    return bool(s.codes) and set(s.codes) <= CONTRACT_CODES.keys() | GOLDEN_CONTRACT_CODES
+
+
+def output_contract(f: Facts) -> Finding | None:
+    """A layer returned an output of the wrong type/shape/dtype/device (or the fp64 golden's shape differs from
+    the eager one's): the entry point's output contract is broken, whatever the other layers say."""
+    hits = [(name, s) for name, s in (("whole", f.whole), ("comm", f.comm), ("compute", f.compute))
+            if s.failed and set(s.codes) & (CONTRACT_CODES.keys() | GOLDEN_CONTRACT_CODES)]
+    if not hits:
+        return None
+    entry = {"whole": "fused", "comm": "comm_only", "compute": "compute_only"}
+    label = {"whole": "layer 3 (whole)", "comm": "layer 1 (comm)", "compute": "layer 2 (compute)"}
+    kernel = [(n, s) for n, s in hits if set(s.codes) & CONTRACT_CODES.keys()]
+    if kernel:
+        kinds = sorted({CONTRACT_CODES[c] for _, s in kernel for c in s.codes if c in CONTRACT_CODES})
+        where = ", ".join(f"{entry[n]}()" for n, _ in kernel)
+        return Finding(f"output contract: {where} returns the wrong {'/'.join(kinds)}",
+                       ", ".join(label[n] for n, _ in kernel),
+                       f"{_verdicts(f)}; " + "; ".join(s.first_failure for _, s in kernel))
+    return Finding("golden contract: the spec's golden gives a different shape in fp64 than in the op dtype",
+                   ", ".join(label[n] for n, _ in hits), "; ".join(s.first_failure for _, s in hits))
+
+
 def rank_subset(f: Facts) -> Finding | None:
     """Whole kernel fails on some ranks but passes on others, compute alone is fine: layout / rank order."""
     runs = f.whole.ranks_per_failed_run
-    if f.whole.failed and not f.compute.failed and runs and all(0 < len(r) < f.world for r in runs):
+    if (f.whole.failed and not f.compute.failed and not _contract_only(f.whole) and runs
+            and all(0 < len(r) < f.world for r in runs)):
         return Finding("layout / rank order (rank-dependent)", "communication",
                        f"whole fails on ranks {f.whole.failing_ranks} and passes on the others; {_verdicts(f)}")
     return None
@@ -104,7 +137,7 @@ def both(f: Facts) -> Finding | None:
 
 
 def fused_only(f: Facts) -> Finding | None:
-    if f.whole.failed and not f.comm.failed and not f.compute.failed:
+    if f.whole.failed and not f.comm.failed and not f.compute.failed and not _contract_only(f.whole):
         return Finding("interaction of communication and compute (overlap/synchronization that only the fused "
                        "path exercises, or identity modes that differ from it)", "layer 3 (whole)",
                        f"{_verdicts(f)}; {f.whole.first_failure}")
@@ -137,7 +170,8 @@ def bad_input(f: Facts) -> Finding | None:
 
 
 RULES: list[Callable[[Facts], Finding | None]] = [
-    hang_or_crash, incomplete, bad_input, synchronization, rank_subset, communication, compute, both, fused_only, cross_rank,
+    hang_or_crash, incomplete, bad_input, synchronization, output_contract, rank_subset, communication, compute, both,
+    fused_only, cross_rank,
 ]
 
 

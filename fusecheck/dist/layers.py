@@ -97,14 +97,24 @@ def comm_layer(ctx: RunContext) -> dict:
 
 
 def plant_specials(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Copy of `t` with NaN, +Inf and -Inf in distinct elements of one seeded row (so that a row-wise op such as
-    a norm keeps other rows finite and the golden is never all NaN)."""
-    t = t.clone()
+    """Copy of `t` with NaN, +Inf and -Inf planted (seeded) in a subset of positions that leaves finite values for
+    layer 2 to judge. Viewed as rows x cols (leading dim x the rest; a 1-D tensor is one row), the specials go in
+    at most cols - 1 columns of one row (a column-wise op such as `delivered @ b` with specials in `b` keeps a
+    finite output column even when b has 3 columns or fewer); those that do not fit go to the same columns of
+    other rows, using at most rows - 1 rows (a row-wise op such as a norm keeps a finite row). A tensor too small
+    for all three (one row, or one column) gets fewer, NaN first. An op that mixes every element into every
+    output (a norm of a single row) can still give an all-NaN/Inf output: it is then judged by positions."""
+    t = t.clone(memory_format=torch.contiguous_format)   # so that `rows` below is a view of it
+    if t.numel() == 0:
+        return t
     rows = t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
-    row = rows[int(torch.randint(rows.shape[0], (1,), generator=gen))]
-    cols = torch.randperm(row.numel(), generator=gen)[:3].tolist()
-    for col, val in zip(cols, (float("nan"), float("inf"), float("-inf"))):
-        row[col] = val
+    n_rows, n_cols = rows.shape
+    specials = (float("nan"), float("inf"), float("-inf"))
+    cols = torch.randperm(n_cols, generator=gen)[:max(1, min(len(specials), n_cols - 1))].tolist()
+    use_rows = torch.randperm(n_rows, generator=gen)[:max(1, n_rows - 1)].tolist()
+    slots = [(r, c) for r in use_rows for c in cols]
+    for (r, c), val in zip(slots, specials):
+        rows[r, c] = val
     return t
 
 
