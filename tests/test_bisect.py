@@ -1,5 +1,6 @@
 """fusecheck bisect: each planted culprit is named exactly, two together are both found, a benign
-bit-changing fusion is not blamed, a nondeterministic compiler is reported, numbering is deterministic."""
+bit-changing fusion is not blamed, a nondeterministic compiler is reported, numbering is deterministic,
+the budget covers every compile, and gates leave Inductor's tables as they found them."""
 import json
 
 import pytest
@@ -8,7 +9,8 @@ import torch
 from fusecheck.bisect import TrialOptions, bisect, run_trial
 from fusecheck.bisect.gates import Plan
 from fusecheck.case import Case
-from tests.planted import decomposition, fusion, inlining, lowering, nondeterministic, pattern_pass, targets
+from tests.planted import (custom_pre_pass, decomposition, fusion, inlining, layer_norm, lowering, nondeterministic,
+                           pattern_pass, targets)
 
 BUDGET = 30
 
@@ -148,3 +150,81 @@ def test_cli_passing_target_and_json(tmp_path):
 def test_cli_bad_usage():
     from fusecheck.cli import main
     assert main(["bisect", "tests/planted/targets.py:benign", "--kinds", "nonsense"]) == 2
+
+
+def _inductor_tables():
+    """Identity snapshot of what the decomposition gate touches: tables, registries and patched functions."""
+    from torch._inductor import compile_fx, decomposition as idec, graph, lowering
+    ids = lambda d: {str(k): id(v) for k, v in d.items()}  # noqa: E731
+    return {"lowerings": ids(lowering.lowerings), "fallbacks": {str(o) for o in lowering.fallbacks},
+            "realized": {str(o) for o in lowering.needs_realized_inputs}, "decomps": ids(idec.decompositions),
+            "lowering.decompositions": ids(getattr(lowering, "decompositions", {})),
+            "select": compile_fx.select_decomp_table, "make_fallback": graph.make_fallback}
+
+
+def test_decomposition_of_unlowered_op_named_and_tables_restored():
+    """native_layer_norm has no Inductor lowering: its decomposition is still a decision (refused, it is an
+    aten fallback), and the fallbacks registered meanwhile are gone afterwards."""
+    with layer_norm.planted():
+        before = _inductor_tables()
+        result = bisect(_case(targets.layer_norm, "layer_norm"), TrialOptions(), max_compiles=BUDGET,
+                        attribution=False)
+        assert _inductor_tables() == before
+    c = _only_culprit(result)
+    assert c.decision.kind == "decomposition"
+    assert "aten.native_layer_norm.default" in c.decision.name and "naive_layer_norm" in c.decision.name
+
+
+def test_custom_pre_pass_named_per_graph_and_noop_decomps_not_decisions():
+    """A user's pass in the slot the cache salt wraps is named as itself, once per graph (graph break +
+    backward: 4 graphs), never as the salt wrapper; detach/alias-style no-op decompositions are not decisions."""
+    with custom_pre_pass.planted():
+        t = run_trial(_case(targets.break_mm, "break_mm"), TrialOptions(train=True), {})
+    assert not t.passed
+    names = [d.name for d in t.decisions["pass"]]
+    assert not [n for n in names if "Salt" in n]
+    mine = [n for n in names if "tests.planted.custom_pre_pass.LossyMM" in n]
+    assert len(mine) == len(set(mine)) >= 4 and all("(graph " in n for n in mine)
+    decomps = " ".join(d.name for d in t.decisions["decomposition"])
+    assert decomps and not any(w in decomps for w in ("detach", "alias", "nop_decomposition"))
+
+
+def test_budget_counts_attribution_and_keeps_a_lone_culprit(monkeypatch):
+    """--max-compiles 2: baseline + fusion (one decision) off passes. That decision is the culprit (its
+    switch-off is its confirmation), and per-kernel attribution gets no uncounted compile."""
+    from torch._inductor.graph import GraphLowering
+    lowered = []
+    init = GraphLowering.__init__
+    monkeypatch.setattr(GraphLowering, "__init__", lambda self, *a, **k: (lowered.append(1), init(self, *a, **k))[1])
+    with fusion.planted():
+        result = bisect(_case(targets.center, "center"), TrialOptions(), max_compiles=2)
+    assert result.status == "culprits" and result.compiles == 2 and len(lowered) <= 2, result.log
+    assert result.culprits[0].decision.kind == "fusion" and not result.culprits[0].partial
+
+
+def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
+    """Two families' switch-offs pass; the first (decomposition) has no decision that alone fixes it, the
+    later one (pass) does: the pass is named and the decomposition family reported as an alternative."""
+    from types import SimpleNamespace
+
+    from fusecheck.bisect import search
+    from fusecheck.bisect.gates import DecisionLog
+
+    class FakeTrial(SimpleNamespace):
+        def summary(self):
+            return {"passed": self.passed, "severity": self.severity}
+
+    def fake_run_trial(case, opts, plans, capture=False):
+        log = DecisionLog(plans)
+        ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
+              (("decomposition", "d0"), ("decomposition", "d1"), ("pass", "p"))}
+        bad = ok["p"] and (ok["d0"] or ok["d1"])   # the pass fires only on decomposed graphs
+        report = SimpleNamespace(passed=not bad, compiled_repeatable=True, census=None)
+        return FakeTrial(passed=not bad, severity=10.0 if bad else 0.5, error=None, report=report,
+                         decisions=dict(log.decisions), unavailable={}, captured=None)
+
+    monkeypatch.setattr(search, "run_trial", fake_run_trial)
+    result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
+    assert result.status == "culprits", result.log
+    assert [c.decision.name for c in result.culprits] == ["pass p"]
+    assert any("decomposition" in a for a in result.culprits[0].alternatives)

@@ -137,14 +137,16 @@ def _kernels(census: Any, graph: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def attribute(cap: Captured, census: Any, policy: Any, *, max_kernels: int = 16) -> tuple[list[KernelRow], list[str]]:
-    """Judge each generated kernel of the captured compile. Returns rows and notes (what was skipped)."""
+def attribute(cap: Captured, census: Any, policy: Any, *,
+              max_kernels: int = 16) -> tuple[list[KernelRow], list[str], int]:
+    """Judge each generated kernel of the captured compile, at most `max_kernels` compiles (the bisection's
+    budget: each kernel is re-compiled). Returns rows, notes (what was skipped) and the compiles used."""
     from torch._inductor.compile_fx import compile_fx
 
     rows: list[KernelRow] = []
     notes: list[str] = [cap.error] if cap.error else []
     if census is None:
-        return rows, notes + ["no kernel census (fusecheck.passes.census unavailable)"]
+        return rows, notes + ["no kernel census (fusecheck.passes.census unavailable)"], 0
     done = 0
     for g, gm in enumerate(cap.graphs):
         if g not in cap.inputs:
@@ -159,13 +161,14 @@ def attribute(cap: Captured, census: Any, policy: Any, *, max_kernels: int = 16)
             rec.run(*cap.inputs[g])
         for kernel, fx_names in _kernels(census, g):
             if done >= max_kernels:
-                notes.append(f"stopped after {max_kernels} kernels")
-                return rows, notes
+                notes.append(f"stopped after {max_kernels} kernel compiles (--max-compiles / 16-kernel cap)")
+                return rows, notes, done
             cut = cut_subgraph(gm, set(fx_names))
             if cut is None:
                 continue
             sub, ext, outs = cut
             args = [rec.values[a] for a in ext]
+            done += 1  # a compile, whether or not it succeeds
             try:
                 with torch.no_grad():
                     kernel_out = compile_fx(sub, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])(*args)
@@ -173,7 +176,6 @@ def attribute(cap: Captured, census: Any, policy: Any, *, max_kernels: int = 16)
             except Exception as exc:  # one kernel failing to re-run must not hide the others
                 notes.append(f"{kernel}: not attributed ({type(exc).__name__}: {str(exc)[:120]})")
                 continue
-            done += 1
             kernel_out = kernel_out if isinstance(kernel_out, (tuple, list)) else (kernel_out,)
             for name, got, gold in zip(outs, kernel_out, golden_out):
                 ref = rec.values[name]
@@ -185,4 +187,4 @@ def attribute(cap: Captured, census: Any, policy: Any, *, max_kernels: int = 16)
                                       getattr(c.vs_golden, "rmse", float("nan")),
                                       getattr(c.reference_vs_golden, "rmse", float("nan")), c.error_ratio,
                                       "kernel re-compiled alone from its FX subgraph"))
-    return rows, notes
+    return rows, notes, done

@@ -36,6 +36,9 @@ def format_result(result: BisectResult) -> str:
                  _rmse(c.without_it)] for i, c in enumerate(result.culprits)]
         lines.append(tabulate(rows, headers=["#", "kind", "decision", "FX nodes", "kernel",
                                              "rmse vs golden with it", "without it"], tablefmt="simple"))
+        for i, c in enumerate(result.culprits):
+            if c.alternatives:
+                lines.append(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives))
     if result.kernels:
         rows = [[k.graph, k.kernel, _short(k.fx_nodes, 4), k.output, k.status, f"{k.rmse:.3g}",
                  f"{k.eager_rmse:.3g}", f"{k.ratio:.3g}" if k.ratio is not None else "-"] for k in result.kernels]

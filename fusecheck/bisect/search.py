@@ -30,10 +30,12 @@ class Culprit:
     without_it: dict[str, Any]     # trial summary with it held off
     family_off_passed: bool
     kernels: list[str] = field(default_factory=list)
+    alternatives: list[str] = field(default_factory=list)  # other families/decisions that also fixed it
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.decision.to_dict(), "partial": self.partial, "kernels": self.kernels,
-                "with": self.with_it, "without": self.without_it, "family_off_passed": self.family_off_passed}
+                "with": self.with_it, "without": self.without_it, "family_off_passed": self.family_off_passed,
+                "alternatives": self.alternatives}
 
 
 @dataclass
@@ -75,7 +77,6 @@ class Search:
         self.blocked: dict[str, set[str]] = {k: set() for k in GATES}
         self.lines: list[str] = []
         self.unavailable: dict[str, str] = {}
-        self.last_off: dict[str, float] = {}   # severity with each family off, from the last coarse round
 
     # -- probes ----------------------------------------------------------------------------------
     def say(self, stage: str, msg: str) -> None:
@@ -100,25 +101,38 @@ class Search:
         return trial
 
     # -- stages ----------------------------------------------------------------------------------
-    def coarse(self, current: Trial) -> tuple[str, Trial] | None:
-        """The family whose switch-off passes (first in FAMILY_ORDER), else the one that helps most."""
+    def fine_cost(self, fam: str, current: Trial) -> int:
+        """Compiles the fine search and its confirmation need for `fam` (a lone decision needs none)."""
+        n = len(current.decisions[fam])
+        return 0 if n == 1 else math.ceil(math.log2(n)) + 1
+
+    def coarse(self, current: Trial) -> list[tuple[str, Trial]]:
+        """Every family switched off, one probe each. Not just the first that passes: refusing a decision
+        of an early family can stop a pattern-conditional pass of a later one from firing, so all families
+        are probed while the budget still leaves room to search the first passing one. Returns the passing
+        families (FAMILY_ORDER), else the one that lowers the severity most, else nothing."""
+        passing: list[tuple[str, Trial]] = []
         best: tuple[str, Trial] | None = None
-        families = [f for f in FAMILY_ORDER if current.decisions.get(f)]
-        # after a culprit is held off, try first the families that helped most last round
-        families.sort(key=lambda f: self.last_off.get(f, math.inf))
-        for fam in families:
+        skipped: list[str] = []
+        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f)]:
+            if passing and self.max_compiles - self.compiles - 1 < self.fine_cost(passing[0][0], current):
+                skipped.append(fam)
+                continue
             t = self.probe(off=fam)
-            self.last_off[fam] = t.severity
-            verdict = "PASS" if t.passed else ("compile error" if t.error else f"FAIL severity {t.severity:.3g}")
+            verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
+                                               else f"FAIL severity {t.severity:.3g}")
             self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
             if t.passed:
-                return fam, t
-            if not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
+                passing.append((fam, t))
+            elif not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
                 best = (fam, t)
-        return best
+        if skipped:
+            self.say("coarse", f"not probed ({', '.join(skipped)}): budget kept for searching {passing[0][0]}")
+        return passing or ([best] if best else [])
 
     def fine(self, fam: str, off: Trial, current: Trial) -> Decision:
-        """Smallest k such that allowing the first k decisions of `fam` is bad; the culprit is #k-1."""
+        """Smallest k such that allowing the first k decisions of `fam` is bad; the culprit is #k-1.
+        A probe that does not compile counts as bad (the refusal it needs is not the culprit's)."""
         decisions = current.decisions[fam]
         if off.passed:
             bad = lambda t: not t.passed  # noqa: E731
@@ -131,13 +145,56 @@ class Search:
             mid = (lo + hi) // 2
             t = self.probe(limit=(fam, mid))
             is_bad = bad(t)
+            what = f"compile error: {t.error[:200]}" if t.error else f"severity {t.severity:.3g}"
             self.say("fine", f"suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
-                     f" (severity {t.severity:.3g})")
+                     f" ({what})")
             if is_bad:
                 hi = mid
             else:
                 lo = mid
         return decisions[hi - 1]
+
+    def confirm(self, fam: str, decision: Decision, off: Trial, current: Trial) -> Trial:
+        """One probe with the suspect held off; a family of one decision reuses its switch-off probe."""
+        self.blocked[fam].add(decision.key)
+        if len(current.decisions[fam]) == 1:
+            return off
+        try:
+            return self.probe()
+        except BudgetSpent:
+            self.blocked[fam].discard(decision.key)
+            raise
+
+    def choose(self, current: Trial, candidates: list[tuple[str, Trial]]) -> tuple[Culprit | None, Trial | None]:
+        """Fine-search the candidate families in order; the first whose culprit alone passes wins, else the
+        one that improves most. Families whose switch-off also passed are reported as alternatives."""
+        found: list[tuple[Culprit, Trial]] = []
+        try:
+            for fam, off in candidates:
+                decision = self.fine(fam, off, current)
+                after = self.confirm(fam, decision, off, current)
+                self.say("culprit", f"{decision.kind} #{decision.index}: {decision.name} -> held off: "
+                         f"{'PASS' if after.passed else 'FAIL'} severity {current.severity:.3g} -> {after.severity:.3g}")
+                self.blocked[fam].discard(decision.key)
+                if after.passed or after.severity < current.severity:
+                    found.append((Culprit(decision, not after.passed, current.summary(), after.summary(),
+                                          off.passed), after))
+                if after.passed:
+                    break
+        except BudgetSpent:
+            if not found:
+                raise
+        if not found:
+            return None, None
+        culprit, after = min(found, key=lambda f: (not f[1].passed, f[1].severity))
+        self.blocked[culprit.decision.kind].add(culprit.decision.key)
+        others = [f for f, t in candidates if t.passed and f != culprit.decision.kind]
+        culprit.alternatives = [f"{f} (switched off, also passes)" for f in others] + \
+            [f"{c.decision.kind}: {c.decision.name} (held off alone: {'PASS' if t.passed else 'partial'})"
+             for c, t in found if c is not culprit]
+        if culprit.alternatives:
+            self.say("culprit", "alternatives: " + "; ".join(culprit.alternatives))
+        return culprit, after
 
 
 def kernels_of(census: Any, decision: Decision) -> list[str]:
@@ -164,10 +221,27 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
     t0 = time.perf_counter()
     s = Search(case, opts or TrialOptions(), max_compiles, progress)
     culprits: list[Culprit] = []
-
     kernel_rows: list[Any] = []
 
+    def attribute_kernels(base: Trial) -> None:
+        """Per-kernel attribution after the search, in the compiles the search left (each kernel is one)."""
+        from fusecheck.bisect.attribution import attribute
+        budget = min(16, max_compiles - s.compiles)
+        if budget <= 0:
+            s.say("kernels", "per-kernel attribution skipped: --max-compiles spent")
+            return
+        rows, notes, used = attribute(base.captured, base.report.census, base.report.policy, max_kernels=budget)
+        s.compiles += used
+        kernel_rows.extend(rows)
+        worse = [r for r in rows if r.worse]
+        s.say("kernels", f"{len(rows)} kernel outputs judged alone ({used} compiles); worse than eager: "
+              + (", ".join(f"{r.kernel} ({r.output})" for r in worse) or "none")
+              + "".join(f"; {n}" for n in notes))
+
     def done(status: str, message: str, base: Trial | None, final: Trial | None) -> BisectResult:
+        if attribution and base is not None and base.report is not None and not base.passed \
+                and base.report.compiled_repeatable:
+            attribute_kernels(base)
         s.say("done", message)
         census = getattr(base.report, "census", None) if base and base.report else None
         for c in culprits:
@@ -191,36 +265,20 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
     if base.passed:
         return done("pass", "the target already passes: compiled is not worse than eager", base, base)
 
-    if attribution:
-        from fusecheck.bisect.attribution import attribute
-        rows, notes = attribute(base.captured, base.report.census, base.report.policy)
-        kernel_rows.extend(rows)
-        worse = [r for r in rows if r.worse]
-        s.say("kernels", f"{len(rows)} kernel outputs judged alone; worse than eager: "
-              + (", ".join(f"{r.kernel} ({r.output})" for r in worse) or "none")
-              + "".join(f"; {n}" for n in notes))
-
     current = base
     try:
         while not current.passed:
-            found = s.coarse(current)
-            if found is None:
+            candidates = s.coarse(current)
+            if not candidates:
                 return done("culprits" if culprits else "no_culprit",
                             "no decision family improves the verdict when switched off"
                             + (f" after {len(culprits)} culprit(s)" if culprits else ""), base, current)
-            fam, off = found
-            decision = s.fine(fam, off, current)
-            s.blocked[fam].add(decision.key)
-            s.last_off.pop(fam, None)  # what switching it off gained is now explained by the culprit
-            after = s.probe()
-            improved = after.passed or after.severity < current.severity
-            s.say("culprit", f"{decision.kind} #{decision.index}: {decision.name} -> held off: "
-                  f"{'PASS' if after.passed else 'FAIL'} severity {current.severity:.3g} -> {after.severity:.3g}")
-            if not improved:
-                s.blocked[fam].discard(decision.key)
+            culprit, after = s.choose(current, candidates)
+            if culprit is None:
                 return done("culprits" if culprits else "no_culprit",
-                            f"suspect {decision.name} does not help on its own (decisions interact)", base, current)
-            culprits.append(Culprit(decision, not after.passed, current.summary(), after.summary(), off.passed))
+                            "no suspect helps on its own (decisions interact): "
+                            + ", ".join(f for f, _ in candidates), base, current)
+            culprits.append(culprit)
             current = after
     except BudgetSpent:
         return done("culprits" if culprits else "no_culprit",

@@ -69,3 +69,31 @@ def standardize_exp():
 
 def benign():
     return Benign(), torch.randn(16, 32)
+
+
+class LayerNorm(torch.nn.Module):        # layer_norm decomposition plant (an op with no Inductor lowering)
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        return self.ln(x) * 2 + 1
+
+
+class BreakMM(torch.nn.Module):          # custom pre-pass plant: mm under a sigmoid, after a graph break
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = torch.tanh(self.l1(x))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.l2(y)) * 3
+
+
+def layer_norm():
+    return LayerNorm(), _x(offset=300.0)
+
+
+def break_mm():
+    return BreakMM(), torch.randn(8, 16)

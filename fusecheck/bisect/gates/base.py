@@ -64,13 +64,19 @@ class DecisionLog:
         self._graphs.append(graph)
         return len(self._graphs) - 1
 
+    def next_graph(self) -> int:
+        """The ordinal the next GraphLowering will get: post-grad passes run on a graph just before
+        Inductor lowers it (joint-graph passes: just before its forward), so this names their graph."""
+        return len(self._graphs)
+
     def decide(self, kind: str, key: str, name: str, fx_nodes=(), ops=(), *, dedupe: bool = False,
-               graph: Any = None) -> bool:
+               graph: Any = None, ordinal: int | None = None) -> bool:
         """Number the decision and say whether it may go ahead. `dedupe`: the same key asked again in
         this compile is the same decision (Inductor re-asks about a fusion pair). `graph`: the
-        GraphLowering the decision belongs to, when there is one."""
-        g = self.graph_ordinal(graph) if graph is not None else 0
-        key = f"g{g}:{key}" if graph is not None else key
+        GraphLowering the decision belongs to, when there is one; `ordinal`: its number, when the
+        GraphLowering does not exist yet."""
+        g = self.graph_ordinal(graph) if graph is not None else (ordinal or 0)
+        key = f"g{g}:{key}" if graph is not None or ordinal is not None else key
         if dedupe and (kind, key) in self._by_key:
             return self._by_key[(kind, key)].allowed
         if not dedupe:

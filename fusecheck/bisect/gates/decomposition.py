@@ -1,17 +1,44 @@
 """Decomposition gate: each application of an entry of Inductor's decomposition table during tracing.
 
 Inductor asks `torch._inductor.compile_fx.select_decomp_table()` for its table on every compile; the gate
-wraps each entry so a refused application returns NotImplemented, which leaves the op for Inductor to
-lower (or for its CompositeImplicit decomposition). Works with tables patched by users, including
-entries added after `fast_random_decomps`'s cache was filled, because it wraps what the call returns.
+wraps each entry so a refused application returns NotImplemented, which leaves the op in the graph: Inductor
+lowers it itself or, with no lowering, calls the aten kernel through an implicit fallback (or the op's
+CompositeImplicit decomposition applies). Every entry is gated, not only ops Inductor lowers: a wrong
+decomposition of e.g. native_layer_norm is as likely as one of var_mean. A refusal that leaves something
+uncompilable fails that probe only (the search reports the compile error). Entries that only alias or
+return their input (views, detach, alias, nop_decomposition) are never decisions: refusing them changes
+the graph's structure (and with it which pattern-conditional passes fire) without changing arithmetic.
+
+Implicit fallbacks registered for refused ops are removed on exit (`lowerings`, `fallbacks` and the other
+registries `make_fallback` writes), and `make_fallback` is told the op's decomposition was overridden (it
+asserts "both a fallback and a decomp" otherwise, reading `get_decomp_fn()` or, on torch 2.11,
+`lowering.decompositions`), so the gate leaves Inductor's tables as it found them.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import MutableSet
 from typing import Any, Callable, Iterator
 
 from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
+
+# decompositions that copy or re-wrap their input: no arithmetic to be wrong about
+_NOOP_FNS = ("nop_decomposition", "noop", "_noop")
+_NOOP_OPS = ("clone", "_unsafe_view", "lift_fresh_copy", "detach", "alias")
+# what make_fallback writes into torch._inductor.lowering (restored on exit)
+_REGISTRIES = ("lowerings", "fallbacks", "needs_realized_inputs", "_maybe_layout_constraints")
+
+
+def is_noop(op: Any, fn: Callable[..., Any]) -> bool:
+    """True for view / alias / in-place-return / pure-copy entries, which are not decisions."""
+    if getattr(op, "is_view", False) or getattr(fn, "__name__", "") in _NOOP_FNS:
+        return True
+    schema = getattr(op, "_schema", None)
+    if schema is not None and any(r.alias_info is not None for r in schema.returns):
+        return True
+    name = op.name() if hasattr(op, "name") else str(op)
+    return name.split("::")[-1].split(".")[0] in _NOOP_OPS
 
 
 def traced_from() -> list[str]:
@@ -25,13 +52,14 @@ def traced_from() -> list[str]:
     return [str(stack[-1][0])] if stack else []
 
 
-def _wrap(op: Any, fn: Callable[..., Any], log: DecisionLog) -> Callable[..., Any]:
+def _wrap(op: Any, fn: Callable[..., Any], log: DecisionLog, refused: set) -> Callable[..., Any]:
     name = str(op)
 
     @functools.wraps(fn)
     def gated(*args: Any, **kwargs: Any) -> Any:
         where = getattr(fn, "__module__", "?") + "." + getattr(fn, "__qualname__", getattr(fn, "__name__", "?"))
         if not log.decide("decomposition", name, f"decompose {name} with {where}", traced_from(), [name]):
+            refused.add(op)
             return NotImplemented
         return fn(*args, **kwargs)
 
@@ -40,27 +68,42 @@ def _wrap(op: Any, fn: Callable[..., Any], log: DecisionLog) -> Callable[..., An
 
 def install(log: DecisionLog):
     try:
-        from torch._inductor import compile_fx
+        from torch._inductor import compile_fx, graph as graph_mod, lowering
     except ImportError as exc:  # pragma: no cover
         raise GateUnavailable(f"decomposition gate: {exc}") from exc
     if not callable(getattr(compile_fx, "select_decomp_table", None)):
         raise GateUnavailable("decomposition gate needs torch._inductor.compile_fx.select_decomp_table")
-    return _patched(compile_fx, log)
+    if not callable(getattr(graph_mod, "make_fallback", None)) or not hasattr(lowering, "lowerings"):
+        raise GateUnavailable("decomposition gate needs torch._inductor.graph.make_fallback and lowering.lowerings")
+    return _patched(compile_fx, graph_mod, lowering, log)
 
 
 @contextlib.contextmanager
-def _patched(module: Any, log: DecisionLog) -> Iterator[None]:
-    orig = module.select_decomp_table
-
-    from torch._inductor.lowering import lowerings
+def _patched(module: Any, graph_mod: Any, lowering: Any, log: DecisionLog) -> Iterator[None]:
+    orig, orig_fallback = module.select_decomp_table, graph_mod.make_fallback
+    refused: set = set()
+    saved = {name: (dict(obj) if isinstance(obj, dict) else list(obj)) for name in _REGISTRIES
+             if isinstance(obj := getattr(lowering, name, None), (dict, MutableSet))}
 
     def select_decomp_table() -> dict[Any, Callable[..., Any]]:
-        # Only ops Inductor can also lower itself are decisions: refusing any other decomposition would
-        # leave an op with neither a decomposition nor a lowering (Inductor asserts on that).
-        return {op: (_wrap(op, fn, log) if op in lowerings else fn) for op, fn in orig().items()}
+        return {op: (fn if is_noop(op, fn) else _wrap(op, fn, log, refused)) for op, fn in orig().items()}
 
-    module.select_decomp_table = select_decomp_table
+    @functools.wraps(orig_fallback)
+    def make_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+        if op in refused:  # its decomposition was refused on purpose: the fallback replaces it
+            kwargs["override_decomp"] = True
+        return orig_fallback(op, *args, **kwargs)
+
+    module.select_decomp_table, graph_mod.make_fallback = select_decomp_table, make_fallback
     try:
         yield
     finally:
-        module.select_decomp_table = orig
+        module.select_decomp_table, graph_mod.make_fallback = orig, orig_fallback
+        for name, before in saved.items():  # in place: other modules hold these objects
+            live = getattr(lowering, name)
+            live.clear()
+            if isinstance(live, dict):
+                live.update(before)
+            else:
+                for item in before:
+                    live.add(item)
