@@ -173,7 +173,7 @@ class Search:
             for fam, off in candidates:
                 decision = self.fine(fam, off, current)
                 after = self.confirm(fam, decision, off, current)
-                self.say("culprit", f"{decision.kind} #{decision.index}: {decision.name} -> held off: "
+                self.say("confirm", f"{decision.kind} #{decision.index}: {decision.name} -> held off: "
                          f"{'PASS' if after.passed else 'FAIL'} severity {current.severity:.3g} -> {after.severity:.3g}")
                 self.blocked[fam].discard(decision.key)
                 if after.passed or after.severity < current.severity:
@@ -188,7 +188,8 @@ class Search:
             return None, None
         culprit, after = min(found, key=lambda f: (not f[1].passed, f[1].severity))
         self.blocked[culprit.decision.kind].add(culprit.decision.key)
-        others = [f for f, t in candidates if t.passed and f != culprit.decision.kind]
+        searched = {c.decision.kind for c, _ in found}
+        others = [f for f, t in candidates if t.passed and f not in searched]
         culprit.alternatives = [f"{f} (switched off, also passes)" for f in others] + \
             [f"{c.decision.kind}: {c.decision.name} (held off alone: {'PASS' if t.passed else 'partial'})"
              for c, t in found if c is not culprit]
