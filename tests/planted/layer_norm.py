@@ -1,10 +1,8 @@
 """A harmful decomposition for an op Inductor has no lowering of (native_layer_norm: without its
 decomposition it becomes an aten fallback): layer norm as E[x^2]-E[x]^2, cache cleared both ways."""
-import contextlib
-
 import torch
 
-from tests.planted.decomposition import _clear
+from tests.planted.decomposition import registered
 
 OP = torch.ops.aten.native_layer_norm.default
 
@@ -19,18 +17,5 @@ def naive_layer_norm(x, shape, weight, bias, eps):
     return (y + bias if bias is not None else y), mean, rstd
 
 
-@contextlib.contextmanager
 def planted():
-    from torch._inductor import decomposition as inductor_decomp
-    table = inductor_decomp.decompositions
-    saved = table.get(OP)
-    table[OP] = naive_layer_norm
-    _clear()
-    try:
-        yield
-    finally:
-        if saved is None:
-            table.pop(OP, None)
-        else:
-            table[OP] = saved
-        _clear()
+    return registered(OP, naive_layer_norm)
