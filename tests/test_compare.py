@@ -166,3 +166,31 @@ def test_all_nonfinite_golden_is_judged_by_positions():
     payload = eager.clone()
     payload[2] = -payload[2]  # a NaN with another sign bit: not bitwise equal, same positions
     assert compare(payload, eager, golden).verdict.code == "nonfinite_positions_match"
+
+
+def test_small_value_error_counts_are_judged_by_significance():
+    from fusecheck.compare.verdict import _count_significantly_worse
+    from fusecheck.policy import Ratios
+
+    r = Ratios()
+    assert not _count_significantly_worse(5, 4, 2, 2.0, r)      # 5 vs 2: Poisson noise
+    assert _count_significantly_worse(50, 4, 2, 2.0, r)         # 50 vs 2: a real excess
+    assert _count_significantly_worse(4000, 2000, 1000, 2.0, r)  # large counts: normal approximation
+    assert not _count_significantly_worse(2100, 2000, 1000, 2.0, r)
+
+
+def test_many_more_small_value_errors_than_eager_fail():
+    g = torch.rand(20000, dtype=torch.float64) * 2.0**-12  # all "small" (|golden| < 2^-10 for bf16)
+    eager = g.to(torch.bfloat16)
+    compiled = eager.clone()
+    compiled[:500] += 0.01  # 500 small values with an absolute error above atol
+    v = compare(compiled, eager, g).verdict
+    assert v.status is Status.FAIL and any(f.startswith("small_value_errors") for f in v.failed_checks)
+
+
+def test_significance_level_is_a_policy_knob_with_a_reason():
+    from fusecheck.policy import PolicyError
+    with pytest.raises(PolicyError, match="without a 'reason'"):
+        Policy.from_mapping({"ratios": {"small_value_alpha": 0.001}}, "x")  # smaller alpha loosens
+    p = Policy.from_mapping({"ratios": {"small_value_alpha": 0.05}}, "x")  # larger alpha: stricter
+    assert not p.relaxations[0].loosens

@@ -8,7 +8,8 @@ Formula (per output; docs/verdict.md compares it with torch's `same(fp64_ref)` a
   5. with a golden: for every registered ratio check,
         err(result, golden) <= ratio * max(err(reference, golden), floor)
      (ratios from the policy: RMSE 2 (3 below 1000 elements, as torch.same), MeanRel 2, MaxRel 10,
-     small-value errors 2; floors atol/10, rtol/10, rtol and one element)
+     small-value errors 2; floors atol/10, rtol/10, rtol and one element; the small-value error count must
+     also exceed the bound significantly: a Poisson rate test at alpha = 0.01)
      all hold -> PASS not_worse_than_eager, else FAIL worse_than_eager (each failed check is listed).
      Without a golden, step 4 failing is FAIL outside_tolerance.
 A result closer to the golden than eager therefore passes even when most of its bits differ.
@@ -16,6 +17,7 @@ A result closer to the golden than eager therefore passes even when most of its 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,14 +47,40 @@ class Verdict:
                 "failed_checks": list(self.failed_checks)}
 
 
+def _worse(ours: float, bound: float, theirs: float, ratio: float, ratios: Ratios) -> bool:
+    return ours > bound
+
+
+def _count_significantly_worse(ours: float, bound: float, theirs: float, ratio: float, ratios: Ratios) -> bool:
+    """For error *counts*: is compiled's count more than `ratio` times eager's beyond chance?
+
+    Counts of rare events (a few small-value elements in error) are Poisson noise: 5 against eager's 2 says
+    nothing. The conditional test for two Poisson rates: given n = ours + theirs, ours ~ Binomial(n, p) with
+    p = ratio / (1 + ratio) when compiled's rate is exactly `ratio` times eager's. Fail when
+    P(X >= ours) < alpha (ratios.small_value_alpha), i.e. the excess is significant, not merely present.
+    """
+    if ours <= bound:
+        return False
+    n, k = int(ours + theirs), int(ours)
+    p = ratio / (1.0 + ratio)
+    if n > 2000:  # normal approximation of the binomial tail
+        z = (k - 0.5 - n * p) / math.sqrt(n * p * (1 - p))
+        tail = 0.5 * math.erfc(z / math.sqrt(2))
+    else:
+        tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                            + i * math.log(p) + (n - i) * math.log1p(-p)) for i in range(k, n + 1))
+    return tail < ratios.small_value_alpha
+
+
 @dataclass(frozen=True)
 class RatioCheck:
     """err(result) <= ratio * max(err(reference), floor); `floor` keeps a near-zero eager error from
-    turning float noise into a failure."""
+    turning float noise into a failure. `worse` decides, given that bound (counts use a significance test)."""
 
     metric: str
     ratio: Callable[[Ratios, float], float]  # (ratios, numel) -> allowed factor
     floor: Callable[[Tolerance, Metrics], float]
+    worse: Callable[[float, float, float, float, Ratios], bool] = _worse
 
 
 RATIO_CHECKS: dict[str, RatioCheck] = {
@@ -61,8 +89,9 @@ RATIO_CHECKS: dict[str, RatioCheck] = {
                        lambda t, m: t.atol / 10),
     "mean_rel": RatioCheck("mean_rel", lambda r, n: r.mean_rel, lambda t, m: t.rtol / 10),
     "max_rel": RatioCheck("max_rel", lambda r, n: r.max_rel, lambda t, m: t.rtol),
-    # one small-value element in error is always tolerated
-    "small_value_errors": RatioCheck("small_value_errors", lambda r, n: r.small_value, lambda t, m: 1.0),
+    # a count: one element is always tolerated, and the excess must be statistically significant
+    "small_value_errors": RatioCheck("small_value_errors", lambda r, n: r.small_value, lambda t, m: 1.0,
+                                     _count_significantly_worse),
 }
 
 
@@ -99,7 +128,7 @@ def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_gold
         ours, theirs = getattr(vs_golden, check.metric), getattr(reference_vs_golden, check.metric)
         ratio = check.ratio(policy.ratios, n)
         bound = ratio * max(theirs, check.floor(tolerance, reference_vs_golden))
-        if ours > bound:
+        if check.worse(ours, bound, theirs, ratio, policy.ratios):
             failed.append(f"{name} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio {ratio:g})")
     if failed:
         return Verdict(Status.FAIL, "worse_than_eager", "worse than eager against the golden: " + "; ".join(failed),
