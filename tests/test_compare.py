@@ -194,3 +194,12 @@ def test_significance_level_is_a_policy_knob_with_a_reason():
         Policy.from_mapping({"ratios": {"small_value_alpha": 0.001}}, "x")  # smaller alpha loosens
     p = Policy.from_mapping({"ratios": {"small_value_alpha": 0.05}}, "x")  # larger alpha: stricter
     assert not p.relaxations[0].loosens
+
+
+def test_relative_errors_leave_small_values_out_like_msprobe():
+    b = torch.tensor([1.0, 2.0, 1e-8], dtype=torch.float64)
+    a = torch.tensor([1.001, 2.0, 2e-8], dtype=torch.float64)  # 100% off on a value below 2^-10
+    m = pair_metrics(a, b, ulp_dtype=torch.bfloat16, small_threshold=2.0**-10, atol=5e-3)
+    assert m.max_rel == pytest.approx(1e-3)
+    assert m.mean_rel == pytest.approx(1e-3 / 2)
+    assert m.small_value_errors == 0  # judged by absolute error instead: 1e-8 is within atol
