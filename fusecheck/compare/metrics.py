@@ -174,29 +174,62 @@ def iter_aligned_chunks(tensors: list[torch.Tensor], chunk_elems: int) -> Iterat
         yield [t[start:start + step].reshape(-1) for t in tensors]
 
 
-def make_chunk(a_raw: torch.Tensor, b_raw: torch.Tensor, *, ulp_dtype: torch.dtype, rtol: float, atol: float,
-               small_threshold: float, small_atol: float, acc: torch.dtype) -> Chunk:
-    b_raw = b_raw.to(a_raw.device)
+class ChunkCache:
+    """The per-tensor work of one aligned chunk, done once however many pairs use the tensor: the upcast,
+    the finite mask, and (for the expected side) |b|, its ULP exponent and the small-value mask."""
+
+    def __init__(self, raws: list[torch.Tensor], device: torch.device, acc: torch.dtype):
+        self.raws = [r.to(device) for r in raws]
+        self.acc = acc
+        self._up: dict[int, torch.Tensor] = {}
+        self._finite: dict[int, torch.Tensor] = {}
+        self._expected: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def up(self, i: int) -> torch.Tensor:
+        if i not in self._up:
+            self._up[i] = self.raws[i].to(self.acc)
+        return self._up[i]
+
+    def finite(self, i: int) -> torch.Tensor:
+        if i not in self._finite:
+            self._finite[i] = torch.isfinite(self.up(i))
+        return self._finite[i]
+
+    def expected(self, i: int, min_eb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """|b| and eb = max(floor(log2|b|), min_eb) for an all-finite expected chunk."""
+        key = (i, min_eb)
+        if key not in self._expected:
+            babs = self.up(i).abs()
+            self._expected[key] = babs, _ulp_exponent(babs, min_eb)
+        return self._expected[key]
+
+
+def _ulp_exponent(babs: torch.Tensor, min_eb: int) -> torch.Tensor:
+    # frexp: |b| = m * 2^e with m in [0.5, 1), so floor(log2|b|) = e - 1 (and b == 0 -> min_eb)
+    exponent = torch.frexp(babs).exponent
+    return torch.where(babs > 0, exponent - 1, min_eb).clamp_(min=min_eb)
+
+
+def make_chunk(cache: ChunkCache, ia: int, ib: int, *, ulp_dtype: torch.dtype, rtol: float, atol: float,
+               small_threshold: float, small_atol: float) -> Chunk:
+    a_raw, b_raw = cache.raws[ia], cache.raws[ib]
     bits_equal = (_bits(a_raw) == _bits(b_raw)) if a_raw.dtype == b_raw.dtype else None
-    a, b = a_raw.to(acc), b_raw.to(acc)
-    fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
-    finite = fin_a & fin_b
-    if bool(finite.all()):  # the common case: no NaN/Inf, skip the masking passes
+    a, b = cache.up(ia), cache.up(ib)
+    mant, min_eb = ULP_FORMAT.get(ulp_dtype, ULP_FORMAT[torch.float32])
+    finite = cache.finite(ia) & cache.finite(ib)
+    if bool(finite.all()):  # the common case: no NaN/Inf, skip the masking passes and share b's work
         af, bf = a, b
         nonfinite_mismatch = torch.zeros_like(finite)
+        babs, eb = cache.expected(ib, min_eb)
     else:
         af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
         nonfinite_mismatch = classify_nonfinite(a) != classify_nonfinite(b)
-    diff = af - bf
-    absdiff = diff.abs_()
-    babs = bf.abs()
+        babs = bf.abs()
+        eb = _ulp_exponent(babs, min_eb)
+    absdiff = (af - bf).abs_()
     rel = absdiff / (babs + EPS)
-    mant, min_eb = ULP_FORMAT.get(ulp_dtype, ULP_FORMAT[torch.float32])
-    # frexp: |b| = m * 2^e with m in [0.5, 1), so floor(log2|b|) = e - 1 (and b == 0 -> min_eb)
-    exponent = torch.frexp(babs).exponent
-    eb = torch.where(babs > 0, exponent - 1, min_eb).clamp_(min=min_eb)
     # ldexp(0, 1074) would be 0 * inf = NaN for fp64: zero differences are zero ULP
-    ulp = torch.where(absdiff > 0, torch.ldexp(absdiff, (mant - eb).to(acc)), 0.0)
+    ulp = torch.where(absdiff > 0, torch.ldexp(absdiff, (mant - eb).to(cache.acc)), 0.0)
     return Chunk(af, bf, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
                  nonfinite_mismatch, bits_equal, rtol, atol, small_atol, a, b)
 
@@ -248,9 +281,10 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     partials: dict[str, list[dict[str, torch.Tensor]]] = {k: [] for k in pairs}
     with torch.no_grad():
         for chunk in iter_aligned_chunks(tensors, chunk_elems):
+            cache = ChunkCache(chunk, device, acc)
             for key, (a, b) in pairs.items():
-                c = make_chunk(chunk[index[id(a)]].to(device), chunk[index[id(b)]], ulp_dtype=ulp_dtype,
-                               rtol=rtol, atol=atol, small_threshold=small_threshold, small_atol=small_atol, acc=acc)
+                c = make_chunk(cache, index[id(a)], index[id(b)], ulp_dtype=ulp_dtype, rtol=rtol, atol=atol,
+                               small_threshold=small_threshold, small_atol=small_atol)
                 partials[key].append({n: e.fn(c).to(acc) for n, e in ACCUMULATORS.items()})
     return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}
 
