@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from fusecheck.case import TargetError
+from fusecheck.passes import ToggleError
 from fusecheck.policy import PolicyError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -26,14 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 
-def _usage_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [TargetError, PolicyError]
-    try:
-        from fusecheck.passes import ToggleError
-        errors.append(ToggleError)
-    except ImportError:
-        pass
-    return tuple(errors)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (TargetError, PolicyError, ToggleError)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
@@ -42,12 +36,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     sub = parser.add_subparsers(dest="command")
     modules: dict[str, object] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            if exc.name and module_name.startswith(exc.name):  # the subcommand's own module is absent
-                continue
-            raise
+        module = importlib.import_module(module_name)
         modules[name] = module
         module.add_arguments(sub.add_parser(name, help=help_text))
     return parser, modules
@@ -64,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if exc.code else EXIT_OK
     try:
         return modules[args.command].run(args)
-    except _usage_errors() as exc:
+    except USAGE_ERRORS as exc:
         print(f"fusecheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # compile errors and other tool failures: never a verdict, never exit 1

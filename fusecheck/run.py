@@ -19,6 +19,8 @@ from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.execute import RunResult, run_once, state_snapshot
 from fusecheck.golden import cast_tree, golden_case, prepare_case
+from fusecheck.passes import toggled
+from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
 
 
@@ -78,14 +80,7 @@ def _worst(a: Metrics, b: Metrics) -> Metrics:
 
 
 def _toggle_contexts(toggles: Sequence[str], backend: Backend, stack: contextlib.ExitStack):
-    """Enter the toggles and the kernel census, if the passes package provides them. Returns the census."""
-    try:
-        from fusecheck.passes import toggled
-        from fusecheck.passes.census import collecting_census
-    except ImportError:
-        if toggles:
-            raise TargetError("toggles need fusecheck.passes, which is not available in this install")
-        return None
+    """Enter the toggles and, for Inductor, the kernel census. Returns the census."""
     if toggles and not backend.is_inductor:
         raise TargetError(f"toggles {list(toggles)} act on Inductor; backend {backend.name!r} is not Inductor")
     stack.enter_context(toggled(list(toggles)))

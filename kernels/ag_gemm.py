@@ -10,11 +10,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, ops, workspace
+from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, ops, workspace
 
-
-def _randn(shape, seed: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(dtype)
 
 
 class AllGatherGemm(DistSpec):
@@ -24,8 +21,8 @@ class AllGatherGemm(DistSpec):
     wait_before_use = True
 
     def make_inputs(self, shape, rank, world, seed, dtype):
-        return {"a": _randn((shape["m"], shape["k"]), 1000 * seed + rank + 1, dtype),
-                "b": _randn((shape["k"], shape["n"]), 1000 * seed, dtype)}
+        return {"a": seeded_randn((shape["m"], shape["k"]), 1000 * seed + rank + 1, dtype),
+                "b": seeded_randn((shape["k"], shape["n"]), 1000 * seed, dtype)}
 
     def comm_input(self, inputs):
         return inputs["a"]

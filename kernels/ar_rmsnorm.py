@@ -7,13 +7,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, workspace
+from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, workspace
 
 EPS = 1e-6
 
-
-def _randn(shape, seed: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(dtype)
 
 
 class AllReduceRMSNorm(DistSpec):
@@ -23,9 +20,9 @@ class AllReduceRMSNorm(DistSpec):
     outputs_agree = True
 
     def make_inputs(self, shape, rank, world, seed, dtype):
-        return {"x": _randn((shape["t"], shape["h"]), 1000 * seed + rank + 1, dtype),
-                "residual": _randn((shape["t"], shape["h"]), 1000 * seed, dtype),
-                "weight": 1 + 0.1 * _randn((shape["h"],), 1000 * seed + 999, dtype)}
+        return {"x": seeded_randn((shape["t"], shape["h"]), 1000 * seed + rank + 1, dtype),
+                "residual": seeded_randn((shape["t"], shape["h"]), 1000 * seed, dtype),
+                "weight": 1 + 0.1 * seeded_randn((shape["h"],), 1000 * seed + 999, dtype)}
 
     def comm_input(self, inputs):
         return inputs["x"]

@@ -9,11 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, ops, workspace
+from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, ops, workspace
 
-
-def _randn(shape, seed: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(dtype)
 
 
 class GemmReduceScatter(DistSpec):
@@ -23,8 +20,8 @@ class GemmReduceScatter(DistSpec):
     shapes = [{"m": 4, "k": 8, "n": 6}, {"m": 5, "k": 6, "n": 4}, {"m": 3, "k": 3, "n": 5}]
 
     def make_inputs(self, shape, rank, world, seed, dtype):
-        return {"a": _randn((shape["m"] * world, shape["k"]), 1000 * seed + rank + 1, dtype),
-                "b": _randn((shape["k"], shape["n"]), 1000 * seed + 500 + rank, dtype)}
+        return {"a": seeded_randn((shape["m"] * world, shape["k"]), 1000 * seed + rank + 1, dtype),
+                "b": seeded_randn((shape["k"], shape["n"]), 1000 * seed + 500 + rank, dtype)}
 
     def comm_input(self, inputs):
         return inputs["a"] @ inputs["b"]

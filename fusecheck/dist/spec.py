@@ -14,6 +14,12 @@ from typing import Any
 import torch
 
 
+def seeded_randn(shape, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """Normal values that depend only on (shape, seed): what `make_inputs` needs to be a pure function.
+    Drawn in fp32 and cast, so every dtype sees the same values up to rounding."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(dtype)
+
+
 class DistSpec:
     """Base class for a fused distributed op. Override the attributes and the six methods below.
 
