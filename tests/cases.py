@@ -82,3 +82,14 @@ def mutates_input():
 
 def mutates_buffer():
     return Case(MutatesBuffer(), (torch.randn(8, 5),), "mutates_buffer")
+
+
+class NoisyEager(nn.Module):
+    """Not bitwise repeatable even in eager (a stand-in for unordered atomics in an eager kernel)."""
+
+    def forward(self, x):
+        return x.sin() + torch.randn_like(x) * 1e-6
+
+
+def noisy_eager():
+    return Case(NoisyEager(), (torch.randn(64, 64),), "noisy_eager")

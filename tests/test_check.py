@@ -131,3 +131,12 @@ def test_lost_in_place_update_fails(target, mutated):
     r = check(target, backend=PLANTED + "drop_mutations")
     row = next(row for row in r.rows if row.name == mutated)
     assert not row.passed and r.status == "FAIL"
+
+
+def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():
+    r = check("tests/cases.py:noisy_eager", backend="aot_eager")
+    assert not r.eager_repeatable and r.compiled_repeatable
+    row = r.rows[0]
+    assert row.verdict.code != "nondeterministic_compiled"
+    assert any("eager is not bitwise repeatable" in n for n in row.notes)
+    assert any("eager is nondeterministic too" in n for n in row.notes)
