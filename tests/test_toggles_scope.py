@@ -54,9 +54,16 @@ def test_every_toggle_and_all_together_restore_everything_they_touched():
     assert _state() == before and active() == ()
 
 
-def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind():
-    """Ops that are not decomposed get implicit fallbacks while lowering; the scope must remove them."""
+@pytest.mark.parametrize("ci_env", ["", "1"], ids=["local", "CI-set"])
+def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind(ci_env, monkeypatch):
+    """Ops that are not decomposed get implicit fallbacks while lowering; the scope must remove them.
+
+    With ``CI`` set (every CI runner), Inductor refuses fallbacks for ops that have a decomposition
+    unless told the fallback is deliberate: the toggle must work there too.
+    """
     from torch._inductor import lowering
+
+    monkeypatch.setenv("CI", ci_env)
 
     ops = [torch.ops.aten.hardswish.default, torch.ops.aten.logaddexp.default, torch.ops.aten.deg2rad.default]
     leaked_earlier = {op: lowering.lowerings.pop(op) for op in ops if op in lowering.lowerings}  # hermetic
