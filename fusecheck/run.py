@@ -19,6 +19,7 @@ from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.execute import RunResult, run_once, state_snapshot
 from fusecheck.golden import cast_tree, golden_case, prepare_case
+from fusecheck.golden_fallback import GoldenError, GoldenFallback
 from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
@@ -133,7 +134,12 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     t = time.perf_counter()
     torch.manual_seed(seed)
     state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
-    eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
+    try:
+        eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
+    except TargetError:
+        raise
+    except Exception as exc:
+        raise TargetError(f"the target {case.name!r} fails in eager mode: {type(exc).__name__}: {exc}") from exc
     cotangents = eager.cotangents
     eager2 = run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state)
     timings["eager"] = time.perf_counter() - t
@@ -156,11 +162,19 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     t = time.perf_counter()
     gcase = golden_case(prepared, dev.golden_dtype)
-    golden = run_once(gcase.model, gcase, train=train, cotangents=cast_tree(cotangents, dev.golden_dtype),
-                      state=state_snapshot(gcase))
+    fallback = GoldenFallback(dev.golden_dtype)
+    try:
+        with fallback:
+            golden = run_once(gcase.model, gcase, train=train, cotangents=cast_tree(cotangents, dev.golden_dtype),
+                              state=state_snapshot(gcase))
+    except TargetError:
+        raise
+    except Exception as exc:
+        raise GoldenError(f"the {dev.golden_dtype} golden run of {case.name!r} failed where eager ran: "
+                          f"{type(exc).__name__}: {exc}") from exc
     timings["golden"] = time.perf_counter() - t
 
-    notes = []
+    notes = fallback.notes()
     if dev.golden_dtype != torch.float64:
         notes.append(f"golden runs in {dev.golden_dtype} on {device}: the device has no fp64")
     if not capture.graphs:

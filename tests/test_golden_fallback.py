@@ -1,0 +1,90 @@
+"""Ops with no fp64 kernel: the golden runs them in fp32 and says so; a golden that cannot run is exit 3."""
+import pytest
+import torch
+
+from fusecheck.case import Case
+from fusecheck.cli import main
+from fusecheck.golden_fallback import GoldenError, GoldenFallback
+from fusecheck.run import run_check
+
+
+@torch.library.custom_op("fusecheck_test::no_fp64_scale", mutates_args=())
+def no_fp64_scale(x: torch.Tensor) -> torch.Tensor:
+    """Like MoE's grouped_mm: refuses float64 with an error, works in lower precisions."""
+    if x.dtype == torch.float64:
+        raise RuntimeError(f"Expected x to be Float32, BFloat16 or Float16, got {x.dtype}")
+    return x * 3
+
+
+@no_fp64_scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+no_fp64_scale.register_autograd(lambda ctx, grad: torch.ops.fusecheck_test.no_fp64_scale(grad))
+
+
+@torch.library.custom_op("fusecheck_test::bf16_only", mutates_args=())
+def bf16_only(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype != torch.bfloat16:
+        raise RuntimeError(f"bf16_only got {x.dtype}")
+    return x + 1
+
+
+@bf16_only.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class UsesNoFp64(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.fusecheck_test.no_fp64_scale(x.sin()).cos()
+
+
+class UsesBf16Only(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.fusecheck_test.bf16_only(x) * 2
+
+
+def uses_bf16_only():
+    return Case(UsesBf16Only(), (torch.randn(8, 8),), "uses_bf16_only")
+
+
+def test_only_the_failing_op_falls_back_and_results_come_back_in_fp64():
+    x = torch.randn(16, dtype=torch.float64)
+    with GoldenFallback(torch.float64) as fb:
+        y = torch.ops.fusecheck_test.no_fp64_scale(x.sin()).cos()
+        z = x.exp()
+    assert y.dtype == torch.float64 and z.dtype == torch.float64
+    assert set(fb.fell_back) == {"no_fp64_scale"}
+    torch.testing.assert_close(y, (x.sin().float() * 3).double().cos())
+    assert "no_fp64_scale has no float64 kernel" in fb.notes()[0] and "float32-precise" in fb.notes()[0]
+
+
+def test_a_model_that_works_in_fp64_gets_no_fallback():
+    with GoldenFallback(torch.float64) as fb:
+        torch.nn.Linear(4, 4).double()(torch.randn(2, 4, dtype=torch.float64)).sum()
+    assert fb.fell_back == {} and fb.notes() == []
+
+
+def test_an_op_failing_in_both_dtypes_raises_its_first_error():
+    with GoldenFallback(torch.float64), pytest.raises(RuntimeError, match="got torch.float64"):
+        torch.ops.fusecheck_test.bf16_only(torch.randn(4, dtype=torch.float64))
+
+
+def test_check_passes_with_the_fallback_named_in_the_report():
+    r = run_check(Case(UsesNoFp64(), (torch.randn(8, 8),), "moe_like"), backend="aot_eager", dtype="bf16", train=True)
+    assert r.status == "PASS"
+    assert any("no_fp64_scale has no float64 kernel" in n for n in r.notes)
+
+
+def test_golden_that_cannot_run_is_a_tool_error_not_a_verdict(capsys):
+    with pytest.raises(GoldenError, match="golden run"):
+        run_check(uses_bf16_only(), backend="eager", dtype="bf16")
+    assert main(["check", f"{__file__}:uses_bf16_only", "--backend", "eager", "--dtype", "bf16"]) == 3
+    assert "golden run of 'uses_bf16_only' failed" in capsys.readouterr().err
+
+
+def test_a_target_failing_in_eager_is_bad_input(capsys):
+    assert main(["check", f"{__file__}:uses_bf16_only", "--backend", "eager", "--dtype", "fp32"]) == 2
+    assert "fails in eager mode" in capsys.readouterr().err
