@@ -32,6 +32,16 @@ class Tolerance:
     def exact(self) -> bool:
         return self.rtol == 0 and self.atol == 0
 
+    def at_scale(self, scale: float) -> "Tolerance":
+        """atol for a tensor whose largest magnitude is `scale`: unchanged at or above 1, shrunk with it below.
+
+        atol exists for elements near zero in a tensor whose values reach 1. Taken literally on a tensor of
+        small values (bf16 gradients around 1e-4) it would pass any error, even a factor of two, so below
+        unit scale it is scaled down with the tensor: the verdict does not change when such a tensor is
+        multiplied by a power of two. This only ever tightens.
+        """
+        return self if not 0 < scale < 1 or self.exact else Tolerance(self.rtol, self.atol * scale)
+
 
 # dtype name -> tolerance. Integers and bools are exact and are not overridable to inexact.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {

@@ -180,7 +180,8 @@ def test_small_value_error_counts_are_judged_by_significance():
 
 
 def test_many_more_small_value_errors_than_eager_fail():
-    g = torch.rand(20000, dtype=torch.float64) * 2.0**-12  # all "small" (|golden| < 2^-10 for bf16)
+    g = torch.rand(20000, dtype=torch.float64) * 2.0**-12  # "small" (|golden| < 2^-10 for bf16) ...
+    g[-1] = 1.0  # ... in a tensor whose values reach 1 (below that, thresholds scale with the tensor)
     eager = g.to(torch.bfloat16)
     compiled = eager.clone()
     compiled[:500] += 0.01  # 500 small values with an absolute error above atol
@@ -203,3 +204,38 @@ def test_relative_errors_leave_small_values_out_like_msprobe():
     assert m.max_rel == pytest.approx(1e-3)
     assert m.mean_rel == pytest.approx(1e-3 / 2)
     assert m.small_value_errors == 0  # judged by absolute error instead: 1e-8 is within atol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tensor_of_small_values_is_not_passed_wholesale_by_atol(golden, dtype):
+    """bf16 atol is 5e-3: taken literally it passes a gradient around 1e-4 that is 50% off."""
+    tiny = golden * 1e-4
+    eager, wrong = tiny.to(dtype), (tiny * 1.5).to(dtype)
+    c = compare(wrong, eager, tiny)
+    assert c.verdict.status is Status.FAIL and c.atol_scaled
+    assert c.tolerance.atol < Policy().tolerance(dtype).atol * 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["rounding_noise", "biased_2pct", "closer_to_golden"])
+def test_below_unit_scale_the_verdict_does_not_depend_on_magnitude(golden, dtype, kind):
+    """Multiplying every tensor by a power of two below 1 changes no verdict (and no metric ratio)."""
+    make = {
+        "rounding_noise": lambda g: ((g * (1 + 1e-6)).to(dtype), g.to(dtype)),
+        "biased_2pct": lambda g: ((g * (1 + 2e-2)).to(dtype), g.to(dtype)),
+        "closer_to_golden": lambda g: (g.to(dtype), (g * (1 + 2e-2)).to(dtype)),
+    }[kind]
+    base = golden / golden.abs().max() * 0.75  # largest magnitude below 1: the scaled regime already
+    verdicts = set()
+    for k in (0, 6, 14, 30):
+        g = base * 2.0**-k
+        compiled, eager = make(g)
+        c = compare(compiled, eager, g)
+        verdicts.add((c.verdict.status, c.verdict.code, round(c.error_ratio or 0, 6)))
+    assert len(verdicts) == 1, verdicts
+
+
+def test_atol_is_never_loosened_above_unit_scale(golden):
+    big = golden * 100
+    c = compare(big.float() + 1e-3, big.float(), big)
+    assert c.tolerance == Policy().tolerance(torch.float32) and not c.atol_scaled

@@ -289,6 +289,18 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}
 
 
+def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> float:
+    """Largest finite |x| over same-shape floating tensors, read in chunks (0.0 when there is none)."""
+    best = 0.0
+    with torch.no_grad():
+        for chunk in iter_aligned_chunks(tensors, chunk_elems):
+            for c in chunk:
+                if c.numel():
+                    a = c.abs()
+                    best = max(best, float(torch.where(torch.isfinite(a), a, 0).amax()))
+    return best
+
+
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> int:
     """Number of elements with identical bits (NaN payloads included); -1 when dtypes or shapes differ."""
     if a.dtype != b.dtype or a.shape != b.shape:

@@ -46,6 +46,10 @@ def format_report(report) -> str:
     for r in report.rows:
         for n in r.notes:
             lines.append(f"  note {r.name}: {n}")
+    scaled = [r.name for r in report.rows if r.atol_scaled]
+    if scaled:
+        lines.append(f"  note: {len(scaled)} row(s) hold only values below 1 ({', '.join(scaled[:4])}"
+                     f"{', …' if len(scaled) > 4 else ''}): atol is scaled down with them (per row in --json)")
     g = [[x.index, x.n_nodes, "yes" if x.movement_only else "no",
           ", ".join(f"{k}×{v}" for k, v in sorted(x.op_counts.items(), key=lambda kv: -kv[1])[:6])]
          for x in report.graphs]
