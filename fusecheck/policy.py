@@ -78,6 +78,9 @@ class Ratios:
     small_value: float = 2.0
     # significance level of the test that compiled's small-value error count exceeds the bound beyond chance
     small_value_alpha: float = 0.01
+    # significance level of the test that compiled's mean relative error exceeds its bound beyond the
+    # element-to-element spread of the relative errors (one near-zero element can dominate a small mean)
+    mean_rel_alpha: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ class Policy:
 
 
 # For these ratio keys a smaller value admits more error (a significance level: smaller = harder to fail).
-LOOSER_WHEN_SMALLER = {"small_value_alpha"}
+LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha"}
 
 _COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
 

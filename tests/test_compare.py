@@ -239,3 +239,33 @@ def test_atol_is_never_loosened_above_unit_scale(golden):
     big = golden * 100
     c = compare(big.float() + 1e-3, big.float(), big)
     assert c.tolerance == Policy().tolerance(torch.float32) and not c.atol_scaled
+
+
+def _with_errors(golden, rel_err_scale, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return golden + rel_err_scale * golden.abs().max() * torch.randn(golden.shape, generator=gen, dtype=golden.dtype)
+
+
+def test_one_near_zero_element_does_not_decide_the_mean_relative_error():
+    """A 32-element gradient with one cancellation; eager and compiled carry the same kind of absolute
+    noise (compiled's 10% larger). The plain mean-RE ratio swings from 0.5 to ~5 with the noise's seed;
+    the verdict must not."""
+    g = torch.randn(32, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 20
+    g[5] = 0.02  # 1/2000 of the tensor's scale
+    plain_ratios = []
+    for s_eager in range(1, 6):
+        for s_compiled in range(6, 12):
+            eager, compiled = _with_errors(g, 1e-3, s_eager), _with_errors(g, 1.1e-3, s_compiled)
+            c = compare(compiled.float(), eager.float(), g)
+            plain_ratios.append(c.vs_golden.mean_rel / c.reference_vs_golden.mean_rel)
+            assert c.verdict.status is Status.PASS, (s_eager, s_compiled, c.verdict.message)
+    assert sum(r > 2 for r in plain_ratios) >= 10  # the plain ratio-2 rule would have failed these
+
+
+@pytest.mark.parametrize("n", [32, 4096])
+def test_a_systematic_relative_error_fails_on_mean_rel_however_small_the_tensor(n):
+    g = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) + 3  # no near-zero values
+    eager = g * (1 + 2e-4 * torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(5)))
+    compiled = g * (1 + 1e-3)  # every element 1e-3 off: 5x eager's typical error
+    c = compare(compiled.float(), eager.float(), g)
+    assert c.verdict.status is Status.FAIL and any(f.startswith("mean_rel") for f in c.verdict.failed_checks)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.compare.metrics import (METRICS, Metrics, classify_nonfinite, finite_abs_max, multi_pair_metrics,
-                                       pair_metrics)
+from fusecheck.compare.metrics import METRICS, Metrics, classify_nonfinite, multi_pair_metrics, pair_metrics
+from fusecheck.compare.scale import Applied, applied_thresholds
 from fusecheck.compare.verdict import RATIO_CHECKS, Status, Verdict, judge
 from fusecheck.policy import Policy, Tolerance
 
@@ -27,12 +27,15 @@ class Comparison:
     vs_golden: Metrics | None = None           # result vs golden
     reference_vs_golden: Metrics | None = None  # eager vs golden
     notes: list[str] = field(default_factory=list)
-    tolerance: Tolerance | None = None  # the one applied: the policy's, with atol scaled below unit scale
-    scale: float | None = None          # largest finite |eager|, |golden|
+    applied: Applied | None = None  # tolerance and small-value threshold at this tensor's scale
+
+    @property
+    def tolerance(self) -> Tolerance | None:
+        return None if self.applied is None else self.applied.tolerance
 
     @property
     def atol_scaled(self) -> bool:
-        return self.scale is not None and 0 < self.scale < 1 and self.tolerance is not None and not self.tolerance.exact
+        return self.applied is not None and self.applied.atol_scaled
 
     @property
     def passed(self) -> bool:
@@ -52,8 +55,9 @@ class Comparison:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "verdict": self.verdict.to_dict(),
                 "error_ratio": self.error_ratio, "vs_eager": m(self.vs_reference), "vs_golden": m(self.vs_golden),
                 "eager_vs_golden": m(self.reference_vs_golden), "notes": list(self.notes),
-                "tolerance": None if self.tolerance is None else {"rtol": self.tolerance.rtol, "atol": self.tolerance.atol},
-                "scale": self.scale}
+                "applied": None if self.applied is None else {
+                    "rtol": self.applied.tolerance.rtol, "atol": self.applied.tolerance.atol,
+                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max}}
 
 
 def input_error(name: str, code: str, message: str, result=None) -> Comparison:
@@ -129,13 +133,10 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
         bad = _structural_check(name, result, reference, golden)  # NaN/finiteness of the real view
         if bad is not None:
             return bad
-    base = policy.tolerance(result.dtype)
-    scale = 0.0 if base.exact else finite_abs_max([t for t in (reference, golden) if t is not None],
-                                                   **({"chunk_elems": chunk_elems} if chunk_elems else {}))
-    tol = base.at_scale(scale)
-    factor = tol.atol / base.atol if base.atol else 1.0
-    kwargs = dict(ulp_dtype=result.dtype, rtol=tol.rtol, atol=tol.atol,
-                  small_threshold=policy.small_value_threshold(result.dtype) * factor)
+    applied = applied_thresholds(policy, result.dtype, reference, golden,
+                                 **({"chunk_elems": chunk_elems} if chunk_elems else {}))
+    tol = applied.tolerance
+    kwargs = dict(ulp_dtype=result.dtype, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
     if chunk_elems:
         kwargs["chunk_elems"] = chunk_elems
     pairs = {"vs_reference": (result, reference)}
@@ -148,4 +149,4 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     verdict = judge(vs_reference=metrics["vs_reference"], vs_golden=metrics.get("vs_golden"),
                     reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason)
     return Comparison(name, str(result.dtype).removeprefix("torch."), tuple(result.shape), verdict,
-                      metrics["vs_reference"], metrics.get("vs_golden"), ref_g, tolerance=tol, scale=scale)
+                      metrics["vs_reference"], metrics.get("vs_golden"), ref_g, applied=applied)

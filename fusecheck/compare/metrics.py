@@ -77,6 +77,7 @@ ACCUMULATORS: dict[str, Accumulator] = {
     "max_rel": Accumulator("max", lambda c: (torch.where(c.small, 0.0, c.rel).max() if c.rel.numel()
                                              else c.rel.new_zeros(()))),
     "sum_rel": Accumulator("sum", lambda c: torch.where(c.small, 0.0, c.rel).sum()),
+    "sq_rel": Accumulator("sum", lambda c: (lambda r: torch.dot(r, r))(torch.where(c.small, 0.0, c.rel))),
     "n_big": Accumulator("sum", lambda c: (c.finite & ~c.small).sum(dtype=c.a.dtype)),
     "dot": Accumulator("sum", lambda c: torch.dot(c.a, c.b)),
     "a_sq": Accumulator("sum", lambda c: torch.dot(c.a, c.a)),
@@ -106,6 +107,15 @@ def _cosine(acc: dict[str, float]) -> float:
     return acc["dot"] / den
 
 
+def _mean_rel_se(acc: dict[str, float]) -> float:
+    n = acc["n_big"]
+    if n < 2:
+        return 0.0
+    mean = acc["sum_rel"] / n
+    var = max(acc["sq_rel"] / n - mean * mean, 0.0) * n / (n - 1)
+    return math.sqrt(var / n)
+
+
 # name -> (one-line definition, function of the reduced accumulators)
 METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "rmse": ("sqrt(mean((N-B)^2)) over finite positions", lambda a: math.sqrt(_ratio(a["sq_err"], a["n_finite"]))),
@@ -113,6 +123,7 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "max_rel": ("max |N-B|/(|B|+eps) over non-small |B| (msprobe MaxRelativeErr)", lambda a: a["max_rel"]),
     "mean_rel": ("mean |N-B|/(|B|+eps) over non-small |B| (msprobe MeanRelativeErr)",
                  lambda a: _ratio(a["sum_rel"], a["n_big"])),
+    "mean_rel_se": ("standard error of mean_rel (spread of RE over non-small |B|, / sqrt(count))", _mean_rel_se),
     "cosine": ("sum(N*B)/(|N||B|) (msprobe Cosine)", _cosine),
     "ulp_max": ("max ULP distance, msprobe eb=max(floor(log2|B|),min_eb)", lambda a: a["ulp_max"]),
     "ulp_mean": ("mean ULP distance", lambda a: _ratio(a["ulp_sum"], a["n_finite"])),
@@ -287,18 +298,6 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
                                small_threshold=small_threshold, small_atol=small_atol)
                 partials[key].append({n: e.fn(c).to(acc) for n, e in ACCUMULATORS.items()})
     return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}
-
-
-def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> float:
-    """Largest finite |x| over same-shape floating tensors, read in chunks (0.0 when there is none)."""
-    best = 0.0
-    with torch.no_grad():
-        for chunk in iter_aligned_chunks(tensors, chunk_elems):
-            for c in chunk:
-                if c.numel():
-                    a = c.abs()
-                    best = max(best, float(torch.where(torch.isfinite(a), a, 0).amax()))
-    return best
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> int:
