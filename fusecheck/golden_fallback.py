@@ -15,7 +15,6 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-
 class GoldenError(RuntimeError):
     """The golden run failed although eager ran (exit code 3: no verdict is possible)."""
 

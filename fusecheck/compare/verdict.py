@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import enum
 import math
-from statistics import NormalDist
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Callable
 
 from fusecheck.compare.metrics import Metrics
