@@ -269,3 +269,18 @@ def test_a_systematic_relative_error_fails_on_mean_rel_however_small_the_tensor(
     compiled = g * (1 + 1e-3)  # every element 1e-3 off: 5x eager's typical error
     c = compare(compiled.float(), eager.float(), g)
     assert c.verdict.status is Status.FAIL and any(f.startswith("mean_rel") for f in c.verdict.failed_checks)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_outputs_are_judged_in_their_own_format(golden, dtype):
+    """fp8 epilogues are fused kernels too; most ops refuse fp8 tensors, so the core must not."""
+    g = golden * 4
+    eager = g.to(dtype)
+    same = compare(eager.clone(), eager, g)
+    assert same.verdict.code == "bitwise_equal" and same.dtype == str(dtype).removeprefix("torch.")
+    closer = compare(g.to(dtype), (g * 1.1).to(dtype), g)
+    assert closer.verdict.status is Status.PASS
+    worse = compare((g * 1.3).to(dtype), eager, g)
+    assert worse.verdict.status is Status.FAIL and worse.verdict.code == "worse_than_eager"
+    m = compare(eager, eager, g).vs_golden
+    assert 0.1 < m.ulp_max <= 0.5 + 1e-9  # round-to-nearest: within half an fp8 ULP (in fp32 ULPs: ~2^20)

@@ -111,6 +111,12 @@ def _no_finite_result(name: str, result, reference, golden) -> Comparison:
                        "NaN/Inf): nothing to judge, cannot pass", result)
 
 
+# 1-byte floats: few CPU/GPU ops accept them (isfinite, abs, where), so they are judged on exact fp32
+# copies; tolerance, ULP format and the reported dtype stay theirs.
+NARROW_FLOATS = {d for d in (getattr(torch, n, None) for n in dir(torch) if n.startswith("float8"))
+                 if isinstance(d, torch.dtype)}
+
+
 def _as_real(t: torch.Tensor | None) -> torch.Tensor | None:
     """Complex tensors are judged on (real, imag) pairs: casting to a real dtype would drop the imaginary part."""
     return torch.view_as_real(t.resolve_conj()) if t is not None and t.is_complex() else t
@@ -125,6 +131,9 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     precomputed (for example, worst-of-two-runs) eager error instead of recomputing it.
     """
     policy = policy or Policy()
+    dtype = getattr(result, "dtype", None)  # judged as this dtype, also where the arithmetic runs on a copy
+    if dtype in NARROW_FLOATS and getattr(reference, "dtype", None) == dtype:
+        result, reference = result.float(), reference.float()  # exact: fp8 -> fp32 loses no bit
     bad = _structural_check(name, result, reference, golden)
     if bad is not None:
         return bad
@@ -133,10 +142,11 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
         bad = _structural_check(name, result, reference, golden)  # NaN/finiteness of the real view
         if bad is not None:
             return bad
-    applied = applied_thresholds(policy, result.dtype, reference, golden,
+    judged = result.dtype if dtype.is_complex else dtype  # complex: judged as its real parts
+    applied = applied_thresholds(policy, judged, reference, golden,
                                  **({"chunk_elems": chunk_elems} if chunk_elems else {}))
     tol = applied.tolerance
-    kwargs = dict(ulp_dtype=result.dtype, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
+    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
     if chunk_elems:
         kwargs["chunk_elems"] = chunk_elems
     pairs = {"vs_reference": (result, reference)}
@@ -148,5 +158,5 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     ref_g = reference_vs_golden or metrics.get("reference_vs_golden")
     verdict = judge(vs_reference=metrics["vs_reference"], vs_golden=metrics.get("vs_golden"),
                     reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason)
-    return Comparison(name, str(result.dtype).removeprefix("torch."), tuple(result.shape), verdict,
+    return Comparison(name, str(dtype).removeprefix("torch."), tuple(result.shape), verdict,
                       metrics["vs_reference"], metrics.get("vs_golden"), ref_g, applied=applied)

@@ -11,6 +11,7 @@ one entry, not a new branch.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -20,13 +21,14 @@ import torch
 EPS = torch.finfo(torch.float64).eps
 DEFAULT_CHUNK_ELEMS = 1 << 22  # 4 Mi elements: ~32 MiB per fp64 temporary
 
-# Mantissa bits and minimum exponent for the ULP metric (msprobe's definition).
-ULP_FORMAT: dict[torch.dtype, tuple[int, int]] = {
-    torch.float16: (10, -14),
-    torch.bfloat16: (7, -126),
-    torch.float32: (23, -126),
-    torch.float64: (52, -1022),
-}
+@functools.lru_cache(maxsize=None)
+def ulp_format(dtype: torch.dtype) -> tuple[int, int]:
+    """Mantissa bits and minimum normal exponent of a floating dtype, for the ULP metric (msprobe's
+    definition): fp16 (10, -14), bf16 (7, -126), fp32 (23, -126), fp8 e4m3 (3, -6). Non-floating: fp32's."""
+    if not dtype.is_floating_point:
+        dtype = torch.float32
+    info = torch.finfo(dtype)
+    return round(-math.log2(info.eps)), round(math.log2(info.smallest_normal))
 
 # Devices on which fp64 is unavailable: accumulate in fp32 there.
 NO_FP64_DEVICE_TYPES = {"mps"}
@@ -226,7 +228,7 @@ def make_chunk(cache: ChunkCache, ia: int, ib: int, *, ulp_dtype: torch.dtype, r
     a_raw, b_raw = cache.raws[ia], cache.raws[ib]
     bits_equal = (_bits(a_raw) == _bits(b_raw)) if a_raw.dtype == b_raw.dtype else None
     a, b = cache.up(ia), cache.up(ib)
-    mant, min_eb = ULP_FORMAT.get(ulp_dtype, ULP_FORMAT[torch.float32])
+    mant, min_eb = ulp_format(ulp_dtype)
     finite = cache.finite(ia) & cache.finite(ib)
     if bool(finite.all()):  # the common case: no NaN/Inf, skip the masking passes and share b's work
         af, bf = a, b
