@@ -3,7 +3,7 @@
 
 Exit codes: 0 pass; 1 fail (compiled worse than eager, or a finding such as nondeterminism);
 2 bad usage or bad input (unknown target/toggle/backend, empty output, all-NaN golden, policy error);
-3 the tool or compiler broke (compile error, a rank that hung or crashed).
+3 the tool or compiler broke (compile error, a rank that hung or crashed, --time-limit reached).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import traceback
 from fusecheck.case import TargetError
 from fusecheck.passes import ToggleError
 from fusecheck.policy import PolicyError
+from fusecheck.watchdog import Watchdog
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("fusecheck.check_cli", "compare eager, compiled and golden on a target"),
@@ -25,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+DEFAULT_TIME_LIMIT_S = 3600.0
 
 
 USAGE_ERRORS: tuple[type[BaseException], ...] = (TargetError, PolicyError, ToggleError)
@@ -38,7 +40,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
         modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text))
+        p = sub.add_parser(name, help=help_text)
+        module.add_arguments(p)
+        p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
+                       help=f"wall-clock bound on the whole command; on expiry exit 3 naming the phase "
+                            f"(default {DEFAULT_TIME_LIMIT_S:g}; 0 = none)")
     return parser, modules
 
 
@@ -52,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
     try:
-        return modules[args.command].run(args)
+        with Watchdog(args.time_limit, args.command):
+            return modules[args.command].run(args)
     except USAGE_ERRORS as exc:
         print(f"fusecheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

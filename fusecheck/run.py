@@ -23,6 +23,7 @@ from fusecheck.golden_fallback import GoldenError, GoldenFallback
 from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
+from fusecheck.watchdog import phase
 
 
 class CompileError(RuntimeError):
@@ -134,6 +135,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     t = time.perf_counter()
     torch.manual_seed(seed)
     state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
+    phase(f"running {case.name!r} in eager mode")
     try:
         eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
     except TargetError:
@@ -148,6 +150,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     torch._dynamo.reset()
     capture = GraphCapture(be.make())
     compiled_fn = torch.compile(prepared.model, backend=capture)
+    phase(f"compiling and running {case.name!r} with backend {be.name!r}")
     with contextlib.ExitStack() as stack:
         census = _toggle_contexts(toggles, be, stack)
         try:
@@ -161,6 +164,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     timings["compiled"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    phase(f"running the {dev.golden_dtype} golden of {case.name!r}")
     gcase = golden_case(prepared, dev.golden_dtype)
     fallback = GoldenFallback(dev.golden_dtype)
     try:
@@ -191,6 +195,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
         notes.append(f"the model mutates {', '.join(k.removeprefix('mutated.') for k in mutated)}: "
                      "the values after the call are judged too")
     t = time.perf_counter()
+    phase(f"comparing the outputs of {case.name!r}")
     noisy = {k for k, v in eager.all(mutated).items() if bitwise_equal(v, eager2.all(mutated)[k]) != v.numel()}
     rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, mutated, name in noisy)
             for name in eager.all(mutated)]

@@ -4,6 +4,7 @@ They run the captured FX graph through an Interpreter that changes one kind of o
 fusion compiler would. Usable from the CLI too: `--backend tests/planted_backends.py:bf16_matmul`.
 """
 import operator
+import time
 
 import torch
 import torch.nn.functional as F
@@ -132,3 +133,11 @@ def shift_outputs(gm, example_inputs):
 def drop_mutations(gm, example_inputs):
     """Runs the graph on copies of its inputs: outputs are right, in-place updates are lost."""
     return lambda *args: gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+
+
+def hang(gm, example_inputs):
+    """A compiled region that never returns (a deadlocked kernel): the command must still end."""
+    def run(*args):
+        while True:
+            time.sleep(1)
+    return run

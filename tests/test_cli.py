@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 from fusecheck.cli import main
@@ -90,3 +91,13 @@ def test_pytest_plugin_fixture(pytester):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*compiled is worse than eager*"])
     assert len(list((pytester.path / "reports").glob("*.json"))) == 2
+
+
+def test_a_hung_compiled_run_ends_with_exit_3_naming_the_phase():
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "fusecheck.cli", "check", "models/mlp.py:build", "--backend",
+                           "tests/planted_backends.py:hang", "--time-limit", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3
+    assert "timed out after 4 s while compiling and running 'mlp' with backend" in proc.stderr
+    assert time.monotonic() - start < 60
