@@ -28,19 +28,39 @@ class RunResult:
         return {**self.outputs, **self.grads, **{k: self.after[k] for k in extra}}
 
 
-def state_snapshot(case: Case) -> dict[str, torch.Tensor]:
-    """A copy of the module state (parameters and buffers), to reset it before every run."""
-    model = case.model
+def module_tensors(model: Any) -> dict[str, torch.Tensor]:
+    """Parameters and *all* buffers by name: `state_dict` would leave out non-persistent buffers (KV
+    caches, rotary tables), whose in-place updates must be reset and judged like the others."""
     if not isinstance(model, torch.nn.Module):
         return {}
-    return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    return {**dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def state_snapshot(case: Case) -> dict[str, torch.Tensor]:
+    """A copy of the module state (parameters and buffers), to reset it before every run."""
+    return {k: v.detach().clone() for k, v in module_tensors(case.model).items()}
 
 
 def restore_state(case: Case, snapshot: dict[str, torch.Tensor]) -> None:
     if snapshot:
         with torch.no_grad():
-            for k, v in case.model.state_dict(keep_vars=True).items():
+            for k, v in module_tensors(case.model).items():
                 v.copy_(snapshot[k])
+
+
+def rng_states(device: str) -> list[torch.Tensor]:
+    """The default generators' states (CPU and, for an accelerator, its own), to tell whether a run drew
+    random numbers."""
+    states = [torch.random.get_rng_state()]
+    module = getattr(torch, torch.device(device).type, None)
+    if torch.device(device).type != "cpu" and hasattr(module, "get_rng_state"):
+        states.append(module.get_rng_state())
+    return states
+
+
+def rng_changed(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
 def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -75,13 +95,14 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
     restore_state(case, state or {})
     inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.inputs)
+    kwargs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.kwargs)
     if train:
         for p in params.values():
             p.grad = None
         inputs = pytree.tree_map(lambda x: x.detach().clone().requires_grad_(True)
                                  if isinstance(x, torch.Tensor) and x.is_floating_point() else x, inputs)
     with torch.set_grad_enabled(train):
-        out = fn(*inputs, **case.kwargs)
+        out = fn(*inputs, **kwargs)
     outputs = flatten_outputs(out)
     if not outputs:
         raise TargetError(f"case {case.name!r}: the model returned no tensors ({type(out).__name__}); nothing to check")
@@ -98,16 +119,16 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
             if isinstance(x, torch.Tensor) and x.grad is not None:
                 grads[f"grad.input{pytree.keystr(path)}"] = x.grad.detach().clone()
     after, mutated = {}, []
-    pristine_inputs, _ = pytree.tree_flatten_with_path(case.inputs)
-    now_inputs = pytree.tree_leaves(inputs)
-    for (path, before), now in zip(pristine_inputs, now_inputs):
-        if isinstance(now, torch.Tensor):
-            key = f"mutated.input{pytree.keystr(path)}"
-            after[key] = now.detach()
-            if _changed(now.detach(), before.detach()):
-                mutated.append(key)
+    for prefix, pristine, now_tree in (("input", case.inputs, inputs), ("kwargs", case.kwargs, kwargs)):
+        pristine_leaves, _ = pytree.tree_flatten_with_path(pristine)
+        for (path, before), now in zip(pristine_leaves, pytree.tree_leaves(now_tree)):
+            if isinstance(now, torch.Tensor):
+                key = f"mutated.{prefix}{pytree.keystr(path)}"
+                after[key] = now.detach()
+                if _changed(now.detach(), before.detach()):
+                    mutated.append(key)
     if state:
-        for k, v in model.state_dict(keep_vars=True).items():
+        for k, v in module_tensors(model).items():
             key = f"mutated.state.{k}"
             if _changed(v.detach(), state[k]):
                 after[key] = v.detach().clone()

@@ -38,9 +38,10 @@ class Tolerance:
         atol exists for elements near zero in a tensor whose values reach 1. Taken literally on a tensor of
         small values (bf16 gradients around 1e-4) it would pass any error, even a factor of two, so below
         unit scale it is scaled down with the tensor: the verdict does not change when such a tensor is
-        multiplied by a power of two. This only ever tightens.
+        multiplied by a power of two; a tensor that eager and the golden both hold at exactly 0 gets atol 0.
+        This only ever tightens.
         """
-        return self if not 0 < scale < 1 or self.exact else Tolerance(self.rtol, self.atol * scale)
+        return self if scale >= 1 or self.exact else Tolerance(self.rtol, self.atol * max(scale, 0.0))
 
 
 # dtype name -> tolerance. Integers and bools are exact and are not overridable to inexact.
@@ -76,6 +77,7 @@ class Ratios:
     mean_rel: float = 2.0
     max_rel: float = 10.0
     small_value: float = 2.0
+    small_value_max_abs: float = 10.0  # largest error on a small value, vs eager's (floor: atol)
     # significance level of the test that compiled's small-value error count exceeds the bound beyond chance
     small_value_alpha: float = 0.01
     # significance level of the test that compiled's mean relative error exceeds its bound beyond the

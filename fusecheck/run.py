@@ -17,7 +17,7 @@ from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.devices import resolve_device, resolve_dtype
-from fusecheck.execute import RunResult, run_once, state_snapshot
+from fusecheck.execute import RunResult, restore_state, rng_changed, rng_states, run_once, state_snapshot
 from fusecheck.golden import cast_tree, golden_case, prepare_case
 from fusecheck.golden_fallback import GoldenError, GoldenFallback
 from fusecheck.passes import toggled
@@ -134,14 +134,20 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     t = time.perf_counter()
     torch.manual_seed(seed)
-    state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
     phase(f"running {case.name!r} in eager mode")
     try:
+        state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
+        rng_before = rng_states(device)
         eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
     except TargetError:
         raise
     except Exception as exc:
         raise TargetError(f"the target {case.name!r} fails in eager mode: {type(exc).__name__}: {exc}") from exc
+    if rng_changed(rng_before, rng_states(device)):
+        raise TargetError(f"the target {case.name!r} draws random numbers in its forward or backward (the RNG "
+                          "advanced during the eager run): eager, compiled and golden would draw different "
+                          "numbers, so no element-wise verdict is possible. Pass the noise in as an input, or "
+                          "turn the random op off (dropout p=0)")
     cotangents = eager.cotangents
     eager2 = run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state)
     timings["eager"] = time.perf_counter() - t
@@ -165,6 +171,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
 
     t = time.perf_counter()
     phase(f"running the {dev.golden_dtype} golden of {case.name!r}")
+    restore_state(prepared, state)  # the golden copies the model as every run starts, not as the last left it
     gcase = golden_case(prepared, dev.golden_dtype)
     fallback = GoldenFallback(dev.golden_dtype)
     try:

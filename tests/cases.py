@@ -76,6 +76,37 @@ class MutatesBuffer(nn.Module):
         return x * 2
 
 
+class ReadsThenUpdatesCache(nn.Module):
+    """Reads a cache and updates it in place (a KV cache); non-persistent buffers are not in state_dict."""
+
+    def __init__(self, persistent: bool):
+        super().__init__()
+        self.register_buffer("cache", torch.full((4, 8), 0.5), persistent=persistent)
+
+    def forward(self, x):
+        y = x + self.cache
+        self.cache.add_(x)
+        return y
+
+
+class WritesKwarg(nn.Module):
+    def forward(self, x, *, out):
+        out.copy_(x.sin())
+        return x * 2
+
+
+def cache_persistent():
+    return Case(ReadsThenUpdatesCache(True), (torch.randn(4, 8),), "cache_persistent")
+
+
+def cache_non_persistent():
+    return Case(ReadsThenUpdatesCache(False), (torch.randn(4, 8),), "cache_non_persistent")
+
+
+def writes_kwarg():
+    return Case(WritesKwarg(), (torch.randn(4, 8),), "writes_kwarg", {"out": torch.zeros(4, 8)})
+
+
 def mutates_input():
     return Case(MutatesInput(), (torch.randn(8, 5),), "mutates_input")
 
@@ -84,12 +115,26 @@ def mutates_buffer():
     return Case(MutatesBuffer(), (torch.randn(8, 5),), "mutates_buffer")
 
 
+_CALLS = [0]
+
+
 class NoisyEager(nn.Module):
-    """Not bitwise repeatable even in eager (a stand-in for unordered atomics in an eager kernel)."""
+    """Not bitwise repeatable even in eager (a stand-in for unordered atomics in an eager kernel; not an
+    RNG, which the checker refuses as a target)."""
 
     def forward(self, x):
-        return x.sin() + torch.randn_like(x) * 1e-6
+        _CALLS[0] += 1
+        return x.sin() + (_CALLS[0] % 3) * 1e-6
 
 
 def noisy_eager():
     return Case(NoisyEager(), (torch.randn(64, 64),), "noisy_eager")
+
+
+class DrawsNoise(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.dropout(x.sin(), 0.1, training=True)
+
+
+def draws_noise():
+    return Case(DrawsNoise(), (torch.randn(8, 8),), "draws_noise")

@@ -125,8 +125,22 @@ def test_mutating_models_start_every_run_from_the_same_state(target):
     assert bad.status == "FAIL" and bad.rows[0].verdict.code == "worse_than_eager"
 
 
+@pytest.mark.parametrize("target", ["tests/cases.py:cache_persistent", "tests/cases.py:cache_non_persistent"])
+def test_a_model_reading_its_own_cache_is_judged_from_the_same_state_everywhere(target):
+    """Eager, compiled and the golden all start from the cache as it was: the golden must not copy the
+    model after the compiled runs updated it, and non-persistent buffers are reset too."""
+    r = check(target, backend="aot_eager")
+    assert r.passed and r.eager_repeatable
+    out = r.rows[0]
+    assert out.reference_vs_golden.rmse < 1e-6  # eager and golden saw the same cache
+    bad = check(target, backend=PLANTED + "shift_outputs")
+    assert bad.rows[0].verdict.code == "worse_than_eager"
+
+
 @pytest.mark.parametrize("target,mutated", [("tests/cases.py:mutates_input", "mutated.input[0]"),
-                                            ("tests/cases.py:mutates_buffer", "mutated.state.running")])
+                                            ("tests/cases.py:mutates_buffer", "mutated.state.running"),
+                                            ("tests/cases.py:cache_non_persistent", "mutated.state.cache"),
+                                            ("tests/cases.py:writes_kwarg", "mutated.kwargs['out']")])
 def test_lost_in_place_update_fails(target, mutated):
     r = check(target, backend=PLANTED + "drop_mutations")
     row = next(row for row in r.rows if row.name == mutated)
@@ -140,3 +154,9 @@ def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():
     assert row.verdict.code != "nondeterministic_compiled"
     assert any("eager is not bitwise repeatable" in n for n in row.notes)
     assert any("eager is nondeterministic too" in n for n in row.notes)
+
+
+def test_a_target_that_draws_random_numbers_is_refused_not_judged():
+    """Eager, compiled and golden would draw different numbers: any verdict would be noise against noise."""
+    with pytest.raises(TargetError, match="draws random numbers"):
+        check("tests/cases.py:draws_noise", backend="aot_eager")

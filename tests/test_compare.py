@@ -286,33 +286,63 @@ def test_fp8_outputs_are_judged_in_their_own_format(golden, dtype):
     assert 0.1 < m.ulp_max <= 0.5 + 1e-9  # round-to-nearest: within half an fp8 ULP (in fp32 ULPs: ~2^20)
 
 
-def test_a_near_zero_element_at_the_noise_level_does_not_decide_max_rel():
-    """tiny GPT-2, bf16 --train, ln_1.bias gradient: every element carries absolute noise ~4e-3 (a sum over
-    tokens); at the element whose golden value is 1.8e-3 eager was lucky (1.4e-4) and compiled was not
-    (2.1e-3, below its own typical error). Plain MaxRel said 1.18 vs 0.11. Over noise seeds the plain
-    ratio swings from 0.3 to ~14; the verdict must not."""
-    plain_ratios = []
-    for seed in range(1, 30):
-        gen = torch.Generator().manual_seed(seed)
-        g = torch.randn(64, dtype=torch.float64, generator=gen) * 0.7
-        g[7] = 0.0018
-        eager = g + 0.0045 * torch.randn(64, dtype=torch.float64, generator=gen)
-        compiled = g + 0.0035 * torch.randn(64, dtype=torch.float64, generator=gen)
-        eager[7], compiled[7] = g[7] + 0.00014, g[7] - 0.0021
-        c = compare(compiled.float(), eager.float(), g)
-        plain_ratios.append(c.vs_golden.max_rel / c.reference_vs_golden.max_rel)
-        assert c.verdict.status is Status.PASS, (seed, c.verdict.message)
-    assert sum(r > 10 for r in plain_ratios) >= 2  # the plain ratio-10 rule would have failed these
+def test_small_elements_that_lose_their_relative_accuracy_still_fail_max_rel():
+    """Eager's error follows each value (rounding of the result), compiled carries a fixed absolute error
+    everywhere: on the small elements its errors are several times eager's (what tiny GPT-2's ln_1.bias
+    gradient shows in bf16 --train)."""
+    gen = torch.Generator().manual_seed(1)
+    g = torch.randn(512, dtype=torch.float64, generator=gen) * 0.7
+    g[7] = 0.0018
+    eager = g * (1 + 2e-3 * torch.randn(512, dtype=torch.float64, generator=gen))
+    compiled = g + 0.0035 * torch.randn(512, dtype=torch.float64, generator=gen)
+    compiled[7] = g[7] - 0.0021
+    c = compare(compiled.float(), eager.float(), g)
+    assert c.verdict.status is Status.FAIL
+    assert any(f.startswith("max_rel") for f in c.verdict.failed_checks), c.verdict.message
+
+
+def test_a_sign_flip_on_the_small_values_of_a_wide_range_tensor_fails():
+    """Values around 1e3 with a few around 0.02 (outlier channels): eager's noise at 1e3 must not excuse
+    a 200% error at 0.02."""
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(4096, dtype=torch.float64, generator=gen) * 1000
+    g[:8] = torch.rand(8, dtype=torch.float64, generator=gen) * 0.02 + 0.01
+    eager = g.to(torch.bfloat16)
+    compiled = eager.clone()
+    compiled[:8] = -compiled[:8]
+    c = compare(compiled, eager, g)
+    assert c.verdict.status is Status.FAIL
+    assert any(f.startswith("max_rel") for f in c.verdict.failed_checks)
+
+
+def test_eleven_exact_zeros_written_as_quarter_fail_on_small_value_max_abs():
+    """The small-value count needs ~12 errors to be significant against eager's 0; magnitude decides."""
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(1 << 16, dtype=torch.float64, generator=gen)
+    g[:11] = 0.0
+    eager = g.to(torch.bfloat16)
+    compiled = eager.clone()
+    compiled[:11] = 0.25
+    c = compare(compiled, eager, g)
+    assert c.verdict.status is Status.FAIL
+    assert any(f.startswith("small_value_max_abs") for f in c.verdict.failed_checks)
+
+
+def test_a_tensor_that_is_exactly_zero_in_eager_and_golden_admits_no_error():
+    g = torch.zeros(64, 64, dtype=torch.float64)
+    eager = g.to(torch.bfloat16)
+    c = compare(eager + 0.004, eager, g)
+    assert c.verdict.status is Status.FAIL and c.tolerance.atol == 0
+    assert compare(eager.clone(), eager, g).verdict.code == "bitwise_equal"
 
 
 @pytest.mark.parametrize("position", ["near_zero", "large"])
-def test_one_wrong_element_still_fails_max_rel(golden, position):
-    """In an elementwise result eager's noise floor is one rounding of unit values (~3e-8 in fp32), so the
-    guard leaves a single wrong element, near zero or not, to MaxRel as before."""
+def test_one_wrong_element_fails_max_rel(golden, position):
+    """A single wrong element, near zero or not, is too little for RMSE or the mean: MaxRel must catch it."""
     eager = golden.float()
     compiled = eager.clone()
     i = int(golden.abs().argmin()) if position == "near_zero" else int(golden.abs().argmax())
     compiled[i] += 3e-5 if position == "near_zero" else 3e-5 * golden[i].abs().item() * 1e3
     c = compare(compiled, eager, golden)
     assert c.verdict.status is Status.FAIL
-    assert any(f.startswith("max_rel_guarded") for f in c.verdict.failed_checks), c.verdict.message
+    assert any(f.startswith("max_rel") for f in c.verdict.failed_checks), c.verdict.message

@@ -57,8 +57,7 @@ class Comparison:
                 "eager_vs_golden": m(self.reference_vs_golden), "notes": list(self.notes),
                 "applied": None if self.applied is None else {
                     "rtol": self.applied.tolerance.rtol, "atol": self.applied.tolerance.atol,
-                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max,
-                    "eager_rmse_noise_floor": self.applied.noise}}
+                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max}}
 
 
 def input_error(name: str, code: str, message: str, result=None) -> Comparison:
@@ -147,8 +146,7 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     applied = applied_thresholds(policy, judged, reference, golden,
                                  **({"chunk_elems": chunk_elems} if chunk_elems else {}))
     tol = applied.tolerance
-    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold,
-                  noise=applied.noise)
+    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
     if chunk_elems:
         kwargs["chunk_elems"] = chunk_elems
     pairs = {"vs_reference": (result, reference)}
