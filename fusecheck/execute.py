@@ -5,6 +5,7 @@ so that eager, compiled and golden runs line up key by key.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ class RunResult:
     # inputs and module state (parameters, buffers) after the call, keyed "mutated.input[0]", "mutated.state.bn.running_mean"
     after: dict[str, torch.Tensor] = field(default_factory=dict)
     mutated: tuple[str, ...] = ()  # keys of `after` whose values the call changed
+    skipped: tuple[str, ...] = ()  # outputs that hold tensors in a form that is not compared (say so)
 
     def all(self, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
         return {**self.outputs, **self.grads, **{k: self.after[k] for k in extra}}
@@ -68,13 +70,30 @@ def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
 
 
-def flatten_outputs(out: Any) -> dict[str, torch.Tensor]:
-    leaves, _ = pytree.tree_flatten_with_path(out)
-    flat = {}
-    for path, leaf in leaves:
+def _holds_tensors(obj: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in getattr(obj, "__dict__", {}).values())
+
+
+def flatten_outputs(out: Any, prefix: str = "output", depth: int = 0) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Output tensors by path, and the paths of other objects that hold tensors and are not compared.
+
+    pytree containers (tuple, list, dict, namedtuple, ModelOutput) are walked; dataclasses are walked by
+    field, since pytree treats them as leaves and their tensors would otherwise vanish silently.
+    """
+    flat: dict[str, torch.Tensor] = {}
+    skipped: list[str] = []
+    for path, leaf in pytree.tree_flatten_with_path(out)[0]:
+        name = prefix + pytree.keystr(path)
         if isinstance(leaf, torch.Tensor):
-            flat["output" + pytree.keystr(path)] = leaf
-    return flat
+            flat[name] = leaf
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) and depth < 8:
+            inner, more = flatten_outputs({f.name: getattr(leaf, f.name) for f in dataclasses.fields(leaf)},
+                                          name, depth + 1)
+            flat.update(inner)
+            skipped.extend(more)
+        elif _holds_tensors(leaf):
+            skipped.append(f"{name} ({type(leaf).__name__})")
+    return flat, skipped
 
 
 def make_cotangents(outputs: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
@@ -96,16 +115,25 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     restore_state(case, state or {})
     inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.inputs)
     kwargs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.kwargs)
+    leaves = inputs
     if train:
         for p in params.values():
             p.grad = None
-        inputs = pytree.tree_map(lambda x: x.detach().clone().requires_grad_(True)
+        # gradients land on leaves; the model gets non-leaf copies, so it may update its inputs in place
+        leaves = pytree.tree_map(lambda x: x.detach().clone().requires_grad_(True)
                                  if isinstance(x, torch.Tensor) and x.is_floating_point() else x, inputs)
+        inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) and x.requires_grad else x,
+                                 leaves)
     with torch.set_grad_enabled(train):
         out = fn(*inputs, **kwargs)
-    outputs = flatten_outputs(out)
+    outputs, skipped = flatten_outputs(out)
     if not outputs:
         raise TargetError(f"case {case.name!r}: the model returned no tensors ({type(out).__name__}); nothing to check")
+    if train and cotangents is not None:
+        lost = [k for k in cotangents if k in outputs and not outputs[k].requires_grad]
+        if lost:
+            raise RuntimeError(f"{', '.join(lost)} does not require grad where eager's did: the autograd graph "
+                               "was dropped, so no gradient can be compared")
     grads: dict[str, torch.Tensor] = {}
     if train:
         cots = cotangents if cotangents is not None else make_cotangents(outputs, seed)
@@ -114,8 +142,7 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
             raise TargetError(f"case {case.name!r}: --train but no output requires grad")
         torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
         grads = {f"grad.{n}": p.grad.detach().clone() for n, p in params.items() if p.grad is not None}
-        leaves, _ = pytree.tree_flatten_with_path(inputs)
-        for path, x in leaves:
+        for path, x in pytree.tree_flatten_with_path(leaves)[0]:
             if isinstance(x, torch.Tensor) and x.grad is not None:
                 grads[f"grad.input{pytree.keystr(path)}"] = x.grad.detach().clone()
     after, mutated = {}, []
@@ -136,4 +163,4 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
             else:
                 after[key] = state[k]
     return RunResult({k: v.detach().clone() for k, v in outputs.items()}, grads, cots if train else None,
-                     after, tuple(mutated))
+                     after, tuple(mutated), tuple(skipped))

@@ -188,6 +188,9 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     notes = fallback.notes()
     if dev.golden_dtype != torch.float64:
         notes.append(f"golden runs in {dev.golden_dtype} on {device}: the device has no fp64")
+    if eager.skipped:
+        notes.append(f"not compared: {', '.join(eager.skipped)} hold tensors but are neither tensors, pytree "
+                     "containers nor dataclasses; return their tensors to have them judged")
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     elif len(capture.graphs) > 1:

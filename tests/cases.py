@@ -1,4 +1,6 @@
 """Small targets for the checker's own tests, including deliberately bad ones."""
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -138,3 +140,42 @@ class DrawsNoise(nn.Module):
 
 def draws_noise():
     return Case(DrawsNoise(), (torch.randn(8, 8),), "draws_noise")
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    extra: torch.Tensor
+
+
+class ReturnsDataclass(nn.Module):
+    def forward(self, x):
+        return x.sum(), Out(x.sin(), x.cos())
+
+
+class Holder:
+    def __init__(self, t):
+        self.t = t
+
+
+class ReturnsPlainObject(nn.Module):
+    def forward(self, x):
+        return x.sin(), Holder(x.cos())
+
+
+class ScalesInputInPlace(nn.Module):
+    def forward(self, x):
+        x.mul_(3)
+        return x.sum(0)
+
+
+def returns_dataclass():
+    return Case(ReturnsDataclass(), (torch.randn(4, 8),), "returns_dataclass")
+
+
+def returns_plain_object():
+    return Case(ReturnsPlainObject(), (torch.randn(4, 8),), "returns_plain_object")
+
+
+def scales_input_in_place():
+    return Case(ScalesInputInPlace(), (torch.randn(4, 8),), "scales_input_in_place")

@@ -160,3 +160,26 @@ def test_a_target_that_draws_random_numbers_is_refused_not_judged():
     """Eager, compiled and golden would draw different numbers: any verdict would be noise against noise."""
     with pytest.raises(TargetError, match="draws random numbers"):
         check("tests/cases.py:draws_noise", backend="aot_eager")
+
+
+def test_tensors_inside_a_dataclass_output_are_judged():
+    r = check("tests/cases.py:returns_dataclass", backend="aot_eager")
+    assert {"output[1]['logits']", "output[1]['extra']"} <= {row.name for row in r.rows} and r.passed
+    bad = check("tests/cases.py:returns_dataclass", backend=PLANTED + "shift_outputs")
+    assert not next(row for row in bad.rows if row.name == "output[1]['logits']").passed
+
+
+def test_an_object_holding_tensors_is_named_as_not_compared():
+    r = check("tests/cases.py:returns_plain_object", backend="aot_eager")
+    assert any("not compared: output[1] (Holder)" in n for n in r.notes)
+
+
+def test_train_with_a_model_that_updates_its_input_in_place():
+    r = check("tests/cases.py:scales_input_in_place", backend="aot_eager", train=True)
+    assert r.passed and {"grad.input[0]", "mutated.input[0]"} <= {row.name for row in r.rows}
+
+
+def test_a_backend_that_drops_autograd_is_a_tool_error_naming_it():
+    from fusecheck.run import CompileError
+    with pytest.raises(CompileError, match="autograd graph was dropped"):
+        check("models/mlp.py:build", backend=PLANTED + "detach_outputs", train=True)
