@@ -159,3 +159,124 @@ class UnseededInputs(AllGatherGemm):
 
     def make_inputs(self, shape, rank, world, seed, dtype):
         return {"a": torch.randn(shape["m"], shape["k"]).to(dtype), "b": torch.ones(shape["k"], shape["n"], dtype=dtype)}
+
+
+# ---- from the review of `fusecheck dist` (each one broke the tool, not only the kernel) ----------------------
+
+from fusecheck.dist import DistSpec, seeded_randn  # noqa: E402
+
+
+class RingAllGatherP2P(DistSpec):
+    """A correct all_gather built as a ring of `dist.P2POp(dist.isend/irecv)` + `batch_isend_irecv`, or of
+    plain isend/irecv (`batch=0`); compute = x * 2. The stress wrappers once made torch reject the P2POps."""
+
+    collective = "all_gather"
+    tiling = {"chunks": 1}
+    shapes = [{"m": 4, "k": 3}]
+
+    def __init__(self, batch: int = 1):
+        self.batch = bool(batch)
+
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return {"a": seeded_randn((shape["m"], shape["k"]), 1000 * seed + rank + 1, dtype)}
+
+    def comm_input(self, inputs):
+        return inputs["a"]
+
+    def _gather(self, x, group):
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        out = [torch.empty_like(x) for _ in range(world)]
+        out[rank] = x.clone()
+        for step in range(world - 1):
+            send_i, recv_i = (rank - step) % world, (rank - step - 1) % world
+            if self.batch:
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out[send_i], (rank + 1) % world, group),
+                                                dist.P2POp(dist.irecv, out[recv_i], (rank - 1) % world, group)])
+            else:
+                works = [dist.isend(out[send_i], (rank + 1) % world, group),
+                         dist.irecv(out[recv_i], (rank - 1) % world, group)]
+            for w in works:
+                w.wait()
+        return torch.cat(out, 0)
+
+    def fused(self, inputs, group):
+        return self._gather(inputs["a"], group) * 2
+
+    def comm_only(self, x, group):
+        return self._gather(x, group)
+
+    def compute_only(self, delivered, inputs):
+        return delivered * 2
+
+    def compute_golden(self, delivered, inputs):
+        return delivered * 2
+
+    def golden(self, inputs, group):
+        a = inputs["a"]
+        out = [torch.empty_like(a) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, a, group=group)
+        return torch.cat(out, 0) * 2
+
+
+class StagingOffByOne(AllGatherGemm):
+    """Deterministic layout bug: gathers into staging[1:] and reads staging[:-1] (one element early), so
+    element 0 of the staging workspace is never written. No timing involved: must not look like a race."""
+
+    def _pipeline(self, a, group, consume):
+        from fusecheck.dist import chunk_bounds, ops, workspace
+        world = dist.get_world_size(group)
+        for c, (s, e) in enumerate(chunk_bounds(a.shape[0], int(self.tiling["chunks"]))):
+            n = world * (e - s) * a.shape[1]
+            buf = workspace.buffer(f"stage{c}", (n + 1,), a.dtype, a.device)
+            ops.all_gather_tensor(buf[1:], a[s:e].contiguous().reshape(-1), group=group)
+            consume(c, s, e, buf[:-1].view(world, e - s, -1))
+
+
+class RaisesOnRank(AllGatherGemm):
+    """One rank raises a non-backend exception whose text looks like a peer's side effect."""
+
+    def __init__(self, rank: int = 1, kind: str = "ValueError"):
+        self.bad_rank, self.kind = rank, kind
+
+    def fused(self, inputs, group):
+        if dist.get_rank(group) == self.bad_rank:
+            exc = {"ValueError": ValueError, "TimeoutError": TimeoutError}[self.kind]
+            raise exc("tile size does not match peer's tile size (socket timeout)")
+        return super().fused(inputs, group)
+
+
+class DeadlockOnRank(AllGatherGemm):
+    """One rank waits for a message nobody sends; the others wait in the all-gather: every rank times out."""
+
+    def __init__(self, rank: int = 1):
+        self.bad_rank = rank
+
+    def fused(self, inputs, group):
+        if dist.get_rank(group) == self.bad_rank:
+            dist.recv(torch.zeros(1), src=(self.bad_rank + 1) % dist.get_world_size(group))
+        return super().fused(inputs, group)
+
+
+class SameInputsMisroutedFused(AllGatherGemm):
+    """A spec mistake (make_inputs ignores rank) hiding a kernel bug (fused() writes src's block to slot
+    src + 1; comm_only is correct): with identical inputs on every rank the misrouting is invisible."""
+
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return super().make_inputs(shape, 0, world, seed, dtype)
+
+    def fused(self, inputs, group):
+        self._dest_block = lambda src, world: (src + 1) % world
+        try:
+            return super().fused(inputs, group)
+        finally:
+            del self._dest_block
+
+
+class Livelock(AllGatherGemm):
+    """Polls a flag that is never set with a collective: keeps making dist calls forever."""
+
+    def fused(self, inputs, group):
+        flag = torch.zeros(1)
+        while flag.item() == 0:
+            dist.all_reduce(flag, group=group)
+        return super().fused(inputs, group)

@@ -3,6 +3,7 @@ input, 3 HANG/CRASH/tool error). The main CLI registers `add_arguments` and `run
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -61,12 +62,35 @@ def build_task(args) -> CheckTask:
     unknown = set(layers) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYERS)}")
-    if args.repeat < 1 or args.world_size < 1 or args.timeout <= 0:
-        raise ValueError("--repeat and --world-size must be >= 1 and --timeout > 0")
+    if args.repeat < 1 or args.world_size < 1 or not 0 < args.timeout < math.inf:
+        raise ValueError("--repeat and --world-size must be >= 1 and --timeout a finite number > 0")
+    if not 0 <= args.max_delay_ms < math.inf:
+        raise ValueError(f"--max-delay-ms must be a finite number >= 0, not {args.max_delay_ms}")
     return CheckTask(spec_ref=args.spec, spec_kwargs=_kv(args.spec_arg, "--spec-arg"),
                      shapes=[_kv([s], "--shape") for s in args.shape], dtype=DTYPES[args.dtype], seed=args.seed,
                      repeat=args.repeat, stress=args.stress, max_delay_ms=args.max_delay_ms, layers=layers,
                      policy=Policy.load(args.policy), barrier_timeout_s=args.timeout)
+
+
+def check_shapes(shapes: list[dict], spec) -> None:
+    """--shape dicts must use exactly the shape names the spec declares (a typo or a missing name would
+    otherwise surface as a KeyError on every rank) with values of the declared kinds."""
+    declared = [dict(s) for s in getattr(spec, "shapes", []) or []]
+    if not shapes or not declared:
+        return
+    names = set().union(*declared)
+    required = set.intersection(*(set(d) for d in declared))
+    for shape in shapes:
+        unknown, missing = sorted(set(shape) - names), sorted(required - set(shape))
+        if unknown or missing:
+            raise ValueError(f"--shape {','.join(f'{k}={v}' for k, v in shape.items())}: "
+                             + "; ".join(filter(None, [f"unknown name(s) {unknown}" if unknown else "",
+                                                       f"missing name(s) {missing}" if missing else ""]))
+                             + f"; the spec's shapes use {sorted(names)}")
+        for key, val in shape.items():
+            kinds = {type(d[key]) for d in declared if key in d}
+            if kinds == {int} and (not isinstance(val, int) or val < 0):
+                raise ValueError(f"--shape {key}={val}: must be an integer >= 0, like the spec's shapes")
 
 
 def run(args) -> int:
@@ -75,6 +99,7 @@ def run(args) -> int:
     try:
         task = build_task(args)
         spec = load_spec(task.spec_ref, **task.spec_kwargs)
+        check_shapes(task.shapes, spec)
         world = int(os.environ["WORLD_SIZE"]) if "RANK" in os.environ else args.world_size
         backend = select_backend(args.backend, world if "RANK" not in os.environ else 1)
         supported = getattr(spec, "backends", None)

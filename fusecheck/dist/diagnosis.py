@@ -57,19 +57,31 @@ def synchronization(f: Facts) -> Finding | None:
     the inputs cannot explain it (layer 1's tags never change; the whole kernel's inputs do, so its flakiness
     counts only when layer 2, run on the same inputs, passes)."""
     flaky = [name for name, s in (("comm", f.comm), ("whole", f.whole))
-             if s.failed and s.intermittent_shapes and (name == "comm" or not f.compute.failed)]
+             if s.failed and s.intermittent_shapes and (name == "comm" or _unexplained_whole_failures(f))]
     varying = f.comm.nondeterministic_shapes
     if not flaky and not varying:
         return None
     why = []
     for name in flaky:
         s = getattr(f, name)
-        why.append(f"{name} failed {s.failed_runs}/{s.runs} runs, passing and failing on the same shape")
+        why.append(f"{name} failed {s.failed_runs}/{s.runs} runs, passing and failing on the same shape"
+                   + (f" (layer 2 passes on the same inputs of failing run(s) (shape, repeat) "
+                      f"{_unexplained_whole_failures(f)[:5]})" if name == "whole" and f.compute.failed else ""))
     if varying:
         why.append(f"layer 1 returned different bits for identical tagged inputs (shapes {varying})")
     if f.comm.failed:
         why.append(_comm_detail(f.comm))
     return Finding("synchronization (missing wait, early buffer reuse, race)", "comm+compute overlap", "; ".join(why))
+
+
+def _unexplained_whole_failures(f: Facts) -> list[tuple[int, int]]:
+    """(shape, repeat) runs where the whole kernel failed, on a shape where it also passed, while layer 2 on the
+    same inputs (its finite variant of that shape and repeat) passed or did not run: a data-dependent compute
+    bug explains a failure only on the runs where layer 2 fails too, not on the others."""
+    compute_failed = {(shape, rep): failed for shape, rep, variant, failed in f.compute.run_outcomes
+                      if variant in ("", "finite")}
+    return [(shape, rep) for shape, rep, _, failed in f.whole.run_outcomes
+            if failed and shape in f.whole.intermittent_shapes and not compute_failed.get((shape, rep))]
 
 
 # `fusecheck.compare` codes for an output that could not be compared at all: the returned object's type, shape,
@@ -109,8 +121,12 @@ def rank_subset(f: Facts) -> Finding | None:
     runs = f.whole.ranks_per_failed_run
     if (f.whole.failed and not f.compute.failed and not _contract_only(f.whole) and runs
             and all(0 < len(r) < f.world for r in runs)):
-        return Finding("layout / rank order (rank-dependent)", "communication",
-                       f"whole fails on ranks {f.whole.failing_ranks} and passes on the others; {_verdicts(f)}")
+        if len(f.whole.failing_ranks) < f.world:
+            where = f"whole fails on rank(s) {f.whole.failing_ranks} and passes on the others"
+        else:
+            where = ("whole fails on only some ranks in every failing run (rank sets "
+                     + ", ".join(str(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "") + ")")
+        return Finding("layout / rank order (rank-dependent)", "communication", f"{where}; {_verdicts(f)}")
     return None
 
 

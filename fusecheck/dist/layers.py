@@ -16,7 +16,7 @@ from fusecheck.compare import compare, input_error
 from fusecheck.dist import workspace
 from fusecheck.dist.collectives import COLLECTIVES
 from fusecheck.dist.spec import DistSpec
-from fusecheck.dist.stress import StressConfig, injected_delays
+from fusecheck.dist.stress import StressConfig, injected_delays, stable_seed
 from fusecheck.dist.tags import explain
 from fusecheck.policy import Policy
 
@@ -25,10 +25,14 @@ class RunContext:
     """Everything one rank needs for one run: spec, group, rank, world, shape, dtype, seed, device."""
 
     def __init__(self, spec: DistSpec, group, rank: int, world: int, shape: dict, dtype: torch.dtype, seed: int,
-                 device: torch.device, policy: Policy, stress: StressConfig | None, on_call=None):
+                 device: torch.device, policy: Policy, stress: StressConfig | None, on_call=None,
+                 poison_seed: int | None = None):
         self.spec, self.group, self.rank, self.world = spec, group, rank, world
         self.shape, self.dtype, self.seed, self.device = shape, dtype, seed, device
         self.policy, self.stress, self.on_call = policy, stress, on_call
+        # the workspace poison must not change between repeats of one shape: a slot that is never written
+        # (a layout bug) then reads the same garbage every repeat, and only a race makes layer 1 vary
+        self.poison_seed = seed if poison_seed is None else poison_seed
 
     def inputs(self, rank: int) -> dict[str, torch.Tensor]:
         made = self.spec.make_inputs(dict(self.shape), rank, self.world, self.seed, self.dtype)
@@ -39,7 +43,7 @@ class RunContext:
 
     def kernel_call(self, fn, *args):
         """Run a kernel entry point: workspaces poisoned first, stress delays around its communication."""
-        workspace.poison_all(hash((self.seed, self.rank, fn.__name__)) & 0x7FFFFFFF)
+        workspace.poison_all(stable_seed(self.poison_seed, self.rank, fn.__name__))
         with injected_delays(self.stress, self.rank, self.on_call):
             return fn(*args)
 
@@ -56,6 +60,20 @@ def _same_inputs(a: dict, b: dict) -> bool:
         elif x != y:
             return False
     return True
+
+
+def _not_rank_distinct(sources: list) -> str:
+    """Why the collective's inputs cannot show a misrouted block (two ranks' inputs are bitwise equal), or ''."""
+    seen: dict[str, int] = {}
+    for r, t in enumerate(sources):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return ""
+        d = digest(t)
+        if d in seen:
+            return (f"inputs are not rank-distinct: a misrouted block cannot be seen (comm_input of ranks {seen[d]} "
+                    f"and {r} are bitwise equal; make_inputs must depend on its rank argument)")
+        seen[d] = r
+    return ""
 
 
 def _clone(inputs: dict) -> dict:
@@ -136,6 +154,9 @@ def compute_layer(ctx: RunContext, special: str | None = None) -> dict:
         return _result(ctx, "compute", input_error(
             "compute", "nondeterministic_inputs", "make_inputs returned different tensors for the same (shape, "
             "rank, world, seed, dtype): layers 1 and 2 regenerate other ranks' inputs and need a pure function"))
+    same = _not_rank_distinct(sources) if special is None else ""
+    if same:   # layer 3 would pass a kernel that sends rank i's block to rank j's slot
+        return _result(ctx, "compute", input_error("compute", "inputs_not_rank_distinct", same))
     delivered, inputs = coll.deliver(sources, ctx.rank), dict(all_inputs[ctx.rank])
     if special:
         gen = torch.Generator().manual_seed(ctx.seed * 7919 + ctx.rank)

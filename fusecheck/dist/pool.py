@@ -9,6 +9,7 @@ check starts a fresh pool (a fork costs ~0.1 s).
 """
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import os
 import re
@@ -21,11 +22,35 @@ from multiprocessing.connection import wait
 from fusecheck.dist.backends import BACKENDS
 from fusecheck.dist.worker import rank_main
 
-# Exceptions a rank raises because *another* rank failed: not the culprit.
+# Exceptions a rank raises because *another* rank failed: not the culprit. Only errors raised by the
+# communication backend (`worker.backend_raised`) are matched; a kernel's own exception never is.
 SECONDARY = re.compile(r"timed out|timeout|connection closed|connection reset|broken pipe|"
                        r"failed to pass monitoredbarrier|ECONNRESET|peer|socket", re.I)
 MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
 CRASH_SETTLE_S = 0.3
+PHASE_LIMIT_FACTOR = 4   # a phase may last this many deadlines (timeout + grace) even while it makes dist calls
+
+
+def is_secondary(error: dict) -> bool:
+    """A rank's error (as `worker._describe` gives it) that is a side effect of another rank's failure."""
+    return bool(error.get("backend_error")) and bool(SECONDARY.search(error.get("message", "")))
+
+
+def odd_ones_out(ranks: dict) -> list[int]:
+    """Every rank timed out: name the rank(s) whose (phase, dist calls) differ from the others'. When a strict
+    majority agrees, the rest are named (a rank that issued a call its peers never matched, or skipped one);
+    with no majority but one phase, the ranks with the fewest calls. Empty when nothing tells them apart."""
+    state = {r: (s.phase, s.calls) for r, s in ranks.items()}
+    counts = collections.Counter(state.values())
+    if len(counts) < 2:
+        return []
+    common, n = counts.most_common(1)[0]
+    if n * 2 > len(state):
+        return sorted(r for r, key in state.items() if key != common)
+    if len({phase for phase, _ in state.values()}) == 1:
+        fewest = min(calls for _, calls in state.values())
+        return sorted(r for r, (_, calls) in state.items() if calls == fewest)
+    return []
 
 
 @dataclass
@@ -48,7 +73,8 @@ class Outcome:
 class _Rank:
     phase: str = "start"
     calls: int = 0          # dist calls the kernel made in this phase
-    since: float = 0.0
+    since: float = 0.0      # last message (any kind): silence past the deadline is a HANG
+    phase_since: float = 0.0   # last "enter": a phase longer than the phase limit is a livelock, calls or not
     finished: bool = False
     error: dict | None = None
 
@@ -57,10 +83,14 @@ class RankPool:
     """`world` rank processes joined in one process group; `run(task)` returns an `Outcome`."""
 
     def __init__(self, world: int, backend: str = "gloo", timeout_s: float = 30.0, grace_s: float | None = None,
-                 start_method: str | None = None):
+                 start_method: str | None = None, phase_limit_s: float | None = None):
         self.world, self.backend, self.timeout_s = world, BACKENDS[backend], timeout_s
         self.start_method = start_method or self.backend.start_method
         self.grace_s = grace_s if grace_s is not None else max(2.0, 0.25 * timeout_s)
+        # a rank that keeps making dist calls (a livelock: polling a flag that is never set with a collective)
+        # is never silent; no phase (one layer of one repeat of one shape) may last longer than this
+        self.phase_limit_s = phase_limit_s if phase_limit_s is not None else PHASE_LIMIT_FACTOR * (
+            timeout_s + self.grace_s)
         # gloo: waiting peers raise at the timeout and are told apart from the culprit. NCCL's watchdog instead
         # aborts a waiting rank's process: keep it later than the parent's deadline, so the culprit is named.
         self.pg_timeout_s = timeout_s if self.backend.timeout_raises else timeout_s + self.grace_s + 60
@@ -138,7 +168,7 @@ class RankPool:
 
     def _collect(self, expect: str) -> Outcome:
         t0 = time.monotonic()
-        ranks = {r: _Rank(since=t0) for r in range(self.world)}
+        ranks = {r: _Rank(since=t0, phase_since=t0) for r in range(self.world)}
         results: list[dict] = []
         first_crash = None
         while True:
@@ -164,6 +194,9 @@ class RankPool:
             stuck = [r for r, s in ranks.items() if not s.finished and now - s.since > self.timeout_s + self.grace_s]
             if stuck:
                 return self._hang(ranks, results, t0)
+            endless = [r for r, s in ranks.items() if not s.finished and now - s.phase_since > self.phase_limit_s]
+            if endless:
+                return self._livelock(ranks, endless, results, t0)
         errors = {r: s.error for r, s in ranks.items() if s.error}
         if errors:  # every rank finished, some with secondary errors only: they timed out waiting for each other
             return self._hang(ranks, results, t0)
@@ -177,7 +210,7 @@ class RankPool:
             return
         state.since = time.monotonic()
         if kind == "enter":
-            state.phase, state.calls = payload, 0
+            state.phase, state.calls, state.phase_since = payload, 0, state.since
         elif kind == "call":
             state.calls += 1
         elif kind == "result":
@@ -185,7 +218,7 @@ class RankPool:
         elif kind == expect:
             state.finished = True
         elif kind == "error":
-            payload["secondary"] = bool(SECONDARY.search(payload.get("message", "")))
+            payload["secondary"] = is_secondary(payload)
             state.error, state.finished = payload, True
 
     def _died(self, state: _Rank, r: int) -> None:
@@ -204,6 +237,15 @@ class RankPool:
         return Outcome("CRASH", sorted(primary), detail, {r: s.phase for r, s in ranks.items()},
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
 
+    def _livelock(self, ranks: dict, endless: list[int], results: list, t0: float) -> Outcome:
+        detail = (f"rank(s) {', '.join(map(str, endless))} kept running one phase for more than "
+                  f"{self.phase_limit_s:.1f} s ({PHASE_LIMIT_FACTOR} x the {self.timeout_s + self.grace_s:.1f} s "
+                  "deadline) while still answering (a livelock: e.g. polling a flag that is never set with a "
+                  "collective); " + "; ".join(f"rank {r} in phase {ranks[r].phase!r} after {ranks[r].calls} dist "
+                                              f"call(s)" for r in ranks))
+        return Outcome("HANG", sorted(endless), detail, {r: s.phase for r, s in ranks.items()},
+                       {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
+
     def _hang(self, ranks: dict, results: list, t0: float) -> Outcome:
         silent = [r for r, s in ranks.items() if not s.finished]
         named = set()
@@ -215,7 +257,8 @@ class RankPool:
             # peers block inside a collective the culprit never issued: fewest dist calls in the phase
             fewest = min(ranks[r].calls for r in silent)
             silent = [r for r in silent if ranks[r].calls == fewest]
-        culprits = sorted(silent or named or ranks)
+        timed_out = odd_ones_out(ranks) if not silent and not named else []
+        culprits = sorted(silent or named or timed_out or ranks)
         if silent:
             detail = (f"rank(s) {', '.join(map(str, culprits))} stopped answering for "
                       f"{self.timeout_s + self.grace_s:.1f} s; "
@@ -224,8 +267,11 @@ class RankPool:
                       + "; other ranks: " + ", ".join(f"rank {r} {ranks[r].calls} call(s)"
                                                       for r in ranks if r not in culprits))
         else:
-            detail = ("every rank timed out waiting in a collective (mismatched collectives or a deadlock): "
-                      + "; ".join(f"rank {r}: {ranks[r].phase!r}" for r in culprits))
+            detail = ("every rank timed out waiting in a collective (mismatched collectives or a deadlock)"
+                      + (f"; rank(s) {', '.join(map(str, culprits))} differ from the others in phase or "
+                         "number of dist calls" if timed_out else "")
+                      + ": " + "; ".join(f"rank {r}: {ranks[r].phase!r} after {ranks[r].calls} dist call(s)"
+                                         for r in ranks))
         if named:
             detail += f"; monitored barrier named rank(s) {sorted(named)}"
         return Outcome("HANG", culprits, detail, {r: s.phase for r, s in ranks.items()},

@@ -36,7 +36,7 @@ def render(rep: DistReport) -> str:
         out.append(f"\n{rep.outcome.status}: {rep.outcome.detail}")
         for r, err in sorted(rep.outcome.errors.items()):
             tb = (err.get("traceback") or err.get("message", "")).strip().splitlines()
-            role = "waiting on the culprit" if err.get("secondary") else "culprit"
+            role = "culprit" if r in rep.outcome.ranks else "waiting on the culprit"
             out.append(f"  rank {r} ({role}): " + " | ".join(tb[-3:]))
     decoded = rep.layers["comm"].decoded
     if decoded:

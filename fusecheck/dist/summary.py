@@ -23,6 +23,7 @@ class LayerSummary:
     intermittent_shapes: list[int] = field(default_factory=list)  # shapes with both passing and failing runs
     missing: list[str] = field(default_factory=list)
     nondeterministic_shapes: list[int] = field(default_factory=list)  # same inputs, different output bits
+    run_outcomes: list[list] = field(default_factory=list)   # [shape, repeat, variant, failed] per complete run
 
     @property
     def failed(self) -> bool:
@@ -60,6 +61,7 @@ def summarize(layer: str, results: list[dict], world: int, complete: bool) -> La
         s.runs += 1
         bad = sorted(r for r, res in ranks.items() if not res["passed"])
         per_shape[key[0]].add(bool(bad))
+        s.run_outcomes.append([key[0], key[1], key[2] or "", bool(bad)])
         if not bad:
             continue
         s.failed_runs += 1

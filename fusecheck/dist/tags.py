@@ -5,12 +5,14 @@ Two schemes, chosen by the collective:
 - MOVE (gather, all-to-all): tag = src * L + offset + 1 (L = elements per rank). 0 means "never written".
 - SUM (all-reduce, reduce-scatter): tag = (offset + 1) * 2**W + 2**src. A correct sum is
   W*(offset+1)*2**W + (2**W - 1): the low W bits say which ranks contributed, the rest which offset.
+NaN and 0 decode as "unwritten"; +-Inf and any other value that is not a tag as "garbage".
 Tags must be exactly representable: the op dtype is used when its integer range suffices, else fp32, else fp64
 (the report says which).
 """
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -64,7 +66,7 @@ def _decode_move(values: torch.Tensor, world: int, numel: int) -> list[Origin]:
     for v in values.double().tolist():
         if v != v or v == 0:
             out.append(Origin("unwritten", (), -1))
-        elif v != int(v) or not 1 <= v <= world * numel:
+        elif not math.isfinite(v) or v != int(v) or not 1 <= v <= world * numel:  # +-Inf: overflowed garbage
             out.append(Origin("garbage", (), -1))
         else:
             t = int(v) - 1
@@ -83,7 +85,7 @@ def _decode_sum(values: torch.Tensor, world: int, numel: int) -> list[Origin]:
         if v != v or v == 0:
             out.append(Origin("unwritten", (), -1))
             continue
-        if v != int(v) or v < 0 or v > world * (numel + 1) * 2**world:
+        if not math.isfinite(v) or v != int(v) or v < 0 or v > world * (numel + 1) * 2**world:
             out.append(Origin("garbage", (), -1))
             continue
         low, high = int(v) % 2**world, int(v) >> world

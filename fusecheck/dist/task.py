@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from fusecheck.dist.layers import RunContext, comm_layer, compute_layer, special_targets, whole_layer
 from fusecheck.dist.spec import load_spec
-from fusecheck.dist.stress import StressConfig
+from fusecheck.dist.stress import StressConfig, stable_seed
 from fusecheck.policy import Policy
 
 LAYERS = ("comm", "compute", "whole")
@@ -46,7 +46,8 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
     for si, shape in enumerate(shapes):
         def ctx(seed, stress=None):
             return RunContext(spec, group, rank, world, shape, dtype, seed, device, task.policy, stress,
-                              on_call=lambda name: emit("call", name))
+                              on_call=lambda name: emit("call", name),
+                              poison_seed=stable_seed(task.seed, si, sorted(shape.items())))
         for rep in range(task.repeat):
             seed = task.seed + rep
             stress = StressConfig.for_run(rep, task.max_delay_ms, seed) if task.stress else None

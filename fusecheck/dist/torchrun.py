@@ -8,15 +8,14 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
 
 from fusecheck.dist.backends import Backend
-from fusecheck.dist.pool import SECONDARY, Outcome
+from fusecheck.dist.pool import Outcome, is_secondary
 from fusecheck.dist.task import CheckTask, run_check
-from fusecheck.dist.worker import fill_uninitialized_with_nan
+from fusecheck.dist.worker import _describe, fill_uninitialized_with_nan
 
 
 class Watchdog:
@@ -59,8 +58,8 @@ def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
     try:
         run_check(task, rank, world, dist.group.WORLD, backend.device(local), emit)
     except Exception as exc:
-        error = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc(),
-                 "secondary": bool(SECONDARY.search(str(exc)))}
+        error = _describe(exc)
+        error["secondary"] = is_secondary(error)
     dog.progress("gather results to rank 0")
     gathered = [None] * world if rank == 0 else None
     dist.gather_object((results, error), gathered, dst=0)

@@ -68,5 +68,19 @@ def fill_uninitialized_with_nan(torch) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = True
 
 
+def backend_raised(exc: BaseException) -> bool:
+    """Whether `exc` can come from the communication backend: torch.distributed's own errors
+    (`DistBackendError`, `DistNetworkError`, ... all `DistError`) or the plain `RuntimeError` gloo raises.
+    Only these may count as a side effect of a peer's failure; anything else (a kernel's ValueError,
+    TimeoutError, NotImplementedError) is this rank's own CRASH, whatever its text says."""
+    try:
+        import torch.distributed as dist
+        dist_error = getattr(dist, "DistError", None)
+    except ImportError:  # pragma: no cover
+        dist_error = None
+    return type(exc) is RuntimeError or (dist_error is not None and isinstance(exc, dist_error))
+
+
 def _describe(exc: BaseException) -> dict:
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc(),
+            "backend_error": backend_raised(exc)}

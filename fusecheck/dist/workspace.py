@@ -31,11 +31,23 @@ def poison_all(seed: int) -> int:
 
 def _poison(buf: torch.Tensor) -> None:
     if buf.is_floating_point():
-        # large, non-integer values: never a valid position tag, far from any real output
-        noise = torch.rand(buf.shape, generator=_GEN, dtype=torch.float32) * 1e6 + 0.37
+        lo, hi = poison_range(buf.dtype)
+        # k + 0.5 is exact (never an integer) in fp32 and fp64 below 2**23
+        noise = torch.floor(torch.rand(buf.shape, generator=_GEN, dtype=torch.float64) * (hi - lo) + lo) + 0.5
         buf.copy_(noise.to(buf.device, buf.dtype))
     else:
         buf.copy_(torch.randint(-2**15, 2**15, buf.shape, generator=_GEN).to(buf.device, buf.dtype))
+
+
+def poison_range(dtype: torch.dtype) -> tuple[float, float]:
+    """Where poison values lie for a floating dtype: finite in that dtype (fp16's 65504 would turn the old 1e6
+    into Inf), far from any real output, and never a valid position tag: non-integers (fp32/fp64), or, where
+    the dtype rounds large values to integers (fp16, bf16), above the largest tag it can hold exactly."""
+    from fusecheck.dist.tags import EXACT_INT_LIMIT
+    hi = min(1e6, torch.finfo(dtype).max / 4)
+    limit = EXACT_INT_LIMIT.get(dtype)
+    lo = 2.0 * limit if limit is not None and 4.0 * limit <= hi else 0.37
+    return lo, hi
 
 
 def clear() -> None:
