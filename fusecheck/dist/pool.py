@@ -238,9 +238,13 @@ class RankPool:
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
 
     def _livelock(self, ranks: dict, endless: list[int], results: list, t0: float) -> Outcome:
+        # every unfinished rank still in the same phase loops with it (they answer each other's collectives);
+        # they cross the limit a few ms apart, so name them together rather than whoever was checked first
+        phases = {ranks[r].phase for r in endless}
+        endless = sorted(r for r, s in ranks.items() if not s.finished and s.phase in phases)
         detail = (f"rank(s) {', '.join(map(str, endless))} kept running one phase for more than "
-                  f"{self.phase_limit_s:.1f} s ({PHASE_LIMIT_FACTOR} x the {self.timeout_s + self.grace_s:.1f} s "
-                  "deadline) while still answering (a livelock: e.g. polling a flag that is never set with a "
+                  f"{self.phase_limit_s:.1f} s (the phase limit) while still answering (a livelock: e.g. "
+                  "polling a flag that is never set with a "
                   "collective); " + "; ".join(f"rank {r} in phase {ranks[r].phase!r} after {ranks[r].calls} dist "
                                               f"call(s)" for r in ranks))
         return Outcome("HANG", sorted(endless), detail, {r: s.phase for r, s in ranks.items()},
