@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from fusecheck.case import load_target
 from fusecheck.policy import Policy
 from fusecheck.report.baseline import diff_against, load_baseline
 from fusecheck.report.json_report import write_json
-from fusecheck.report.junit import write_junit
+from fusecheck.report.junit import write_junit, write_junit_error
 from fusecheck.report.table import format_report
 from fusecheck.run import run_check
+from fusecheck.watchdog import on_timeout
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,19 +37,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="report JSON of known failures: only new failures fail the gate")
 
 
+def _error_reports(args: argparse.Namespace, case: str) -> Callable[[str, int], None]:
+    """Writers of --json/--junit for a run that ends without a verdict, so CI finds a report either way."""
+    def write(message: str, exit_code: int) -> None:
+        if args.json_path:
+            write_json({"case": case, "status": "ERROR", "exit_code": exit_code, "error": message}, args.json_path)
+        if args.junit:
+            write_junit_error(case, message, args.junit)
+    return write
+
+
 def run(args: argparse.Namespace) -> int:
+    from fusecheck.cli import USAGE_ERRORS
+
     policy = Policy.load(args.policy)
+    baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json may overwrite it
     case = load_target(args.target, seed=args.seed)
     toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
-    report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
-                       policy=policy, toggles=toggles, seed=args.seed)
+    error_reports = _error_reports(args, case.name)
+    try:
+        with on_timeout(lambda message: error_reports(message, 3)):
+            report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
+                               policy=policy, toggles=toggles, seed=args.seed)
+    except Exception as exc:
+        error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, USAGE_ERRORS) else 3)
+        raise
+    diff = diff_against(report, baseline) if baseline is not None else None
+    gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)
     print(format_report(report))
-    if args.json_path:
-        write_json(report.to_dict(), args.json_path)
-    if args.junit:
-        write_junit(report, args.junit)
-    if args.baseline and report.exit_code == 1:
-        diff = diff_against(report, load_baseline(args.baseline))
+    if diff is not None:
         print("\n".join(diff.lines()))
-        return 0 if diff.gate_passes else 1
-    return report.exit_code
+        print(f"gate with the baseline: {'PASS' if gate == 0 else 'FAIL'} (exit {gate})")
+    if args.json_path:
+        data = report.to_dict()
+        data["gate"] = {"exit_code": gate, "baseline": args.baseline, **(diff.to_dict() if diff else {})}
+        write_json(data, args.json_path)
+    if args.junit:
+        write_junit(report, args.junit, known=diff.known_names if diff else frozenset())
+    return gate

@@ -15,6 +15,7 @@ import traceback
 from fusecheck.case import TargetError
 from fusecheck.passes import ToggleError
 from fusecheck.policy import PolicyError
+from fusecheck.report.baseline import BaselineError
 from fusecheck.watchdog import Watchdog
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -29,7 +30,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 DEFAULT_TIME_LIMIT_S = 3600.0
 
 
-USAGE_ERRORS: tuple[type[BaseException], ...] = (TargetError, PolicyError, ToggleError)
+USAGE_ERRORS: tuple[type[BaseException], ...] = (TargetError, PolicyError, ToggleError, BaselineError)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:

@@ -136,6 +136,18 @@ class Policy:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str) -> "Policy":
         """Build a policy from `{tolerance: {dtype: {rtol, atol, reason}}, ratios: {..., reason}}`."""
+        try:
+            return cls._from_mapping(data, source)
+        except PolicyError:
+            raise
+        except (ValueError, TypeError, AttributeError) as exc:  # `bf16 = 0.1`, `rtol = "abc"`: say where
+            raise PolicyError(f"{source}: malformed policy ({type(exc).__name__}: {exc}); expected "
+                              "[tolerance.<dtype>] rtol/atol/reason, [ratios] <name> = number, reason") from exc
+
+    @classmethod
+    def _from_mapping(cls, data: Mapping[str, Any], source: str) -> "Policy":
+        if not isinstance(data, Mapping):
+            raise PolicyError(f"{source}: a policy is a table/object, not {type(data).__name__}")
         unknown = set(data) - {"tolerance", "ratios", "small_value"}
         if unknown:
             raise PolicyError(f"{source}: unknown policy keys {sorted(unknown)}; expected tolerance, ratios, small_value")
@@ -195,7 +207,10 @@ class Policy:
         for folder in [Path(search_from).resolve(), *Path(search_from).resolve().parents]:
             candidate = folder / "pyproject.toml"
             if candidate.is_file():
-                data = tomllib.loads(candidate.read_text()).get("tool", {}).get("fusecheck")
+                try:
+                    data = tomllib.loads(candidate.read_text()).get("tool", {}).get("fusecheck")
+                except tomllib.TOMLDecodeError as exc:
+                    raise PolicyError(f"{candidate}: cannot parse it for [tool.fusecheck]: {exc}") from exc
                 if data:
                     return cls.from_mapping(data, f"{candidate} [tool.fusecheck]")
                 break

@@ -27,7 +27,11 @@ class FusecheckFixture:
         from fusecheck.case import as_case, load_target
         from fusecheck.run import run_check
 
+        from fusecheck.policy import Policy
+
         case = load_target(case, seed=kwargs.get("seed", 0)) if isinstance(case, str) else as_case(case)
+        # as the CLI does: [tool.fusecheck] of the nearest pyproject.toml (from the test's rootdir) by default
+        kwargs.setdefault("policy", Policy.load(search_from=self._request.config.rootpath))
         report = run_check(case, **kwargs)
         self.reports.append(report)
         out_dir = self._request.config.getoption("--fusecheck-json")
@@ -44,7 +48,9 @@ class FusecheckFixture:
 
         report = self.check(case, **kwargs)
         if not report.passed:
-            pytest.fail("fusecheck: compiled is worse than eager\n" + format_report(report), pytrace=False)
+            what = {1: "compiled is worse than eager", 2: "an output cannot be judged (ERROR rows)"}.get(
+                report.exit_code, f"exit {report.exit_code}")
+            pytest.fail(f"fusecheck: {what}\n" + format_report(report), pytrace=False)
         return report
 
 

@@ -6,13 +6,26 @@ it says which phase the run was in, stops multiprocessing children, and exits wi
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
 import threading
+from typing import Callable, Iterator
 
 EXIT_TIMEOUT = 3
 _phase = "starting"
+_on_expire: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def on_timeout(fn: Callable[[str], None]) -> Iterator[None]:
+    """Call `fn(message)` if the time limit ends the process inside this block (to write error reports)."""
+    _on_expire.append(fn)
+    try:
+        yield
+    finally:
+        _on_expire.remove(fn)
 
 
 def phase(name: str) -> None:
@@ -37,8 +50,14 @@ class Watchdog:
     def _watch(self) -> None:
         if self._done.wait(self.seconds):
             return
-        print(f"fusecheck: error: `fusecheck {self.command}` timed out after {self.seconds:g} s while {_phase}; "
-              f"no verdict (raise --time-limit if the target is just slow)", file=sys.stderr, flush=True)
+        message = (f"`fusecheck {self.command}` timed out after {self.seconds:g} s while {_phase}; no verdict "
+                   "(raise --time-limit if the target is just slow)")
+        print(f"fusecheck: error: {message}", file=sys.stderr, flush=True)
+        for fn in list(_on_expire):
+            try:
+                fn(message)
+            except Exception as exc:  # the exit must happen whatever a report writer does
+                print(f"fusecheck: could not write the error report: {exc}", file=sys.stderr, flush=True)
         for child in multiprocessing.active_children():
             child.terminate()
         os._exit(EXIT_TIMEOUT)

@@ -147,6 +147,15 @@ def test_cli_passing_target_and_json(tmp_path):
     assert data["status"] == "pass" and data["compiles"] == 1
 
 
+def test_a_target_with_error_rows_is_not_bisected(tmp_path):
+    """`check` says exit 2 (an output cannot be judged): nothing to bisect, and the JSON stays strict."""
+    from fusecheck.cli import main
+    out = tmp_path / "b.json"
+    assert main(["bisect", "tests/cases.py:empty_output", "--json", str(out), "--max-compiles", "3"]) == 2
+    data = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["status"] == "cannot_judge" and data["compiles"] == 1
+
+
 def test_cli_bad_usage():
     from fusecheck.cli import main
     assert main(["bisect", "tests/planted/targets.py:benign", "--kinds", "nonsense"]) == 2
@@ -219,7 +228,7 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
         ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
               (("decomposition", "d0"), ("decomposition", "d1"), ("pass", "p"))}
         bad = ok["p"] and (ok["d0"] or ok["d1"])   # the pass fires only on decomposed graphs
-        report = SimpleNamespace(passed=not bad, compiled_repeatable=True, census=None)
+        report = SimpleNamespace(passed=not bad, exit_code=1 if bad else 0, compiled_repeatable=True, census=None)
         return FakeTrial(passed=not bad, severity=10.0 if bad else 0.5, error=None, report=report,
                          decisions=dict(log.decisions), unavailable={}, captured=None)
 

@@ -87,10 +87,17 @@ def test_pytest_plugin_fixture(pytester):
     import shutil
     shutil.copytree(__import__('pathlib').Path(__file__).parent, pytester.path / "tests", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "test_*.py"))
-    result = pytester.runpytest("-p", "no:cacheprovider", "--fusecheck-json", str(pytester.path / "reports"))
+    # in a subprocess: an in-process run drops the modules it imported (torch._inductor ones included) from
+    # sys.modules, and re-importing them later in this session registers torch libraries twice
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fusecheck-json", str(pytester.path / "reports"))
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*compiled is worse than eager*"])
     assert len(list((pytester.path / "reports").glob("*.json"))) == 2
+    # the project's [tool.fusecheck] policy applies in the fixture as in the CLI
+    pytester.makefile(".toml", pyproject='[tool.fusecheck.ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\n'
+                      'reason = "test: the project accepts this backend"\n')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_bad")
+    result.assert_outcomes(passed=1)
 
 
 def test_a_hung_compiled_run_ends_with_exit_3_naming_the_phase():
@@ -101,3 +108,67 @@ def test_a_hung_compiled_run_ends_with_exit_3_naming_the_phase():
     assert proc.returncode == 3
     assert "timed out after 4 s while compiling and running 'mlp' with backend" in proc.stderr
     assert time.monotonic() - start < 60
+
+
+def _gate(tmp_path, backend, *extra):
+    return main(["check", "models/mlp.py:build", "--backend", backend, *extra])
+
+
+def test_baseline_and_json_may_be_the_same_file(tmp_path):
+    """--json must not overwrite the baseline before it is read (every failure would become known)."""
+    same = tmp_path / "same.json"
+    assert _gate(tmp_path, "aot_eager", "--json", str(same)) == 0
+    assert _gate(tmp_path, PLANTED + "bf16_matmul", "--json", str(same), "--baseline", str(same)) == 1
+
+
+def test_baseline_reports_fixed_rows_and_agrees_with_json_and_junit(tmp_path, capsys):
+    base, out, junit = tmp_path / "base.json", tmp_path / "out.json", tmp_path / "r.xml"
+    assert _gate(tmp_path, PLANTED + "bf16_matmul", "--json", str(base)) == 1
+    capsys.readouterr()
+    assert _gate(tmp_path, PLANTED + "bf16_matmul", "--dtype", "fp32", "--baseline", str(base), "--json", str(out),
+                 "--junit", str(junit)) == 0  # --dtype fp32 on a float32 model is the same row
+    assert "gate with the baseline: PASS (exit 0)" in capsys.readouterr().out
+    assert json.loads(out.read_text())["gate"]["exit_code"] == 0
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and suite.get("skipped") == "1" and suite.find("testcase/skipped") is not None
+    loose = tmp_path / "loose.toml"
+    loose.write_text('[ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\nreason = "test: accepted upstream"\n')
+    assert _gate(tmp_path, PLANTED + "bf16_matmul", "--policy", str(loose), "--baseline", str(base)) == 0
+    assert "baseline: fixed" in capsys.readouterr().out
+
+
+def test_a_missing_or_foreign_baseline_is_bad_usage(tmp_path, capsys):
+    assert _gate(tmp_path, "aot_eager", "--baseline", str(tmp_path / "nope.json")) == 2
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text("{}")
+    assert _gate(tmp_path, "aot_eager", "--baseline", str(foreign)) == 2
+    assert "not a `fusecheck check --json` report" in capsys.readouterr().err
+
+
+def test_no_verdict_still_writes_json_and_junit(tmp_path):
+    broken = tmp_path / "broken_backend.py"
+    broken.write_text("def backend(gm, inputs):\n    raise RuntimeError('codegen exploded')\n")
+    out, junit = tmp_path / "e.json", tmp_path / "e.xml"
+    assert _gate(tmp_path, f"{broken}:backend", "--json", str(out), "--junit", str(junit)) == 3
+    data = json.loads(out.read_text())
+    assert data["status"] == "ERROR" and data["exit_code"] == 3 and "codegen exploded" in data["error"]
+    assert ET.parse(junit).getroot().find("testcase/error") is not None
+
+
+def test_junit_survives_control_characters(tmp_path):
+    from fusecheck.case import Case
+    from fusecheck.report.junit import write_junit
+    from fusecheck.run import run_check
+    import torch
+
+    report = run_check(Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),), "odd\x01name"), backend=PLANTED + "shift_outputs")
+    write_junit(report, tmp_path / "x.xml")
+    assert ET.parse(tmp_path / "x.xml").getroot().get("name") == "fusecheck.odd?name"
+
+
+def test_a_malformed_policy_is_bad_usage(tmp_path, capsys):
+    policy = tmp_path / "p.toml"
+    for text in ("[tolerance]\nbf16 = 0.1\n", '[tolerance.bf16]\nrtol = "abc"\n', "[ratios\n"):
+        policy.write_text(text)
+        assert _gate(tmp_path, "aot_eager", "--policy", str(policy)) == 2, text
+    assert "malformed policy" in capsys.readouterr().err

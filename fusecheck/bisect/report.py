@@ -7,6 +7,7 @@ from typing import Any
 from tabulate import tabulate
 
 from fusecheck.bisect.search import BisectResult
+from fusecheck.report.json_report import write_json as write_report_json
 
 
 def _rmse(summary: dict[str, Any] | None) -> str:
@@ -49,5 +50,5 @@ def format_result(result: BisectResult) -> str:
 
 
 def write_json(result: BisectResult, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(result.to_dict(), f, indent=2, default=str)
+    """Strict JSON (inf severities as strings), through the same writer as `fusecheck check --json`."""
+    write_report_json(json.loads(json.dumps(result.to_dict(), default=str)), path)

@@ -55,7 +55,7 @@ class BisectResult:
 
     @property
     def exit_code(self) -> int:
-        return {"pass": 0, "culprits": 1}.get(self.status, 3)
+        return {"pass": 0, "culprits": 1, "cannot_judge": 2}.get(self.status, 3)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "message": self.message, "exit_code": self.exit_code,
@@ -260,6 +260,10 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         return done("error", f"the target does not compile: {base.error}", base, None)
     s.say("baseline", f"{'PASS' if base.passed else 'FAIL'} severity {base.severity:.3g}; decisions: "
           + ", ".join(f"{k} {len(v)}" for k, v in base.decisions.items()))
+    if base.report.exit_code == 2:
+        bad = [r.name for r in base.report.rows if r.verdict.status.value == "ERROR"]
+        return done("cannot_judge", f"{', '.join(bad)} cannot be judged (ERROR rows: see `fusecheck check`): "
+                    "nothing to bisect", base, None)
     if not base.report.compiled_repeatable:
         return done("nondeterministic", "compiled output differs between two runs with the same inputs: "
                     "not bisecting a nondeterministic target", base, None)
