@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Callable
 
 from fusecheck.case import load_target
@@ -38,9 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _error_reports(args: argparse.Namespace, case: str) -> Callable[[str, int], None]:
-    """Writers of --json/--junit for a run that ends without a verdict, so CI finds a report either way."""
+    """Writers of --json/--junit for a run that ends without a verdict, so CI finds a report either way
+    (never over the baseline itself: it would lose the known failures)."""
+    same_as_baseline = bool(args.json_path and args.baseline
+                            and Path(args.json_path).resolve() == Path(args.baseline).resolve())
+
     def write(message: str, exit_code: int) -> None:
-        if args.json_path:
+        if args.json_path and not same_as_baseline:
             write_json({"case": case, "status": "ERROR", "exit_code": exit_code, "error": message}, args.json_path)
         if args.junit:
             write_junit_error(case, message, args.junit)
@@ -50,13 +55,13 @@ def _error_reports(args: argparse.Namespace, case: str) -> Callable[[str, int], 
 def run(args: argparse.Namespace) -> int:
     from fusecheck.cli import USAGE_ERRORS
 
-    policy = Policy.load(args.policy)
-    baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json may overwrite it
-    case = load_target(args.target, seed=args.seed)
-    toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
-    error_reports = _error_reports(args, case.name)
+    error_reports = _error_reports(args, args.target or "default")
     try:
         with on_timeout(lambda message: error_reports(message, 3)):
+            policy = Policy.load(args.policy)
+            baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
+            case = load_target(args.target, seed=args.seed)
+            toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
             report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
                                policy=policy, toggles=toggles, seed=args.seed)
     except Exception as exc:

@@ -45,19 +45,28 @@ def state_snapshot(case: Case) -> dict[str, torch.Tensor]:
 
 
 def restore_state(case: Case, snapshot: dict[str, torch.Tensor]) -> None:
-    if snapshot:
-        with torch.no_grad():
-            for k, v in module_tensors(case.model).items():
+    """Copy the snapshot back in place; a buffer that cannot take it in place (reassigned to a new shape,
+    like a KV cache grown with torch.cat, or an expanded view whose elements share memory) is reassigned."""
+    if not snapshot:
+        return
+    buffers = dict(case.model.named_buffers(remove_duplicate=False))
+    with torch.no_grad():
+        for k, v in module_tensors(case.model).items():
+            if k in buffers and (v.shape != snapshot[k].shape or torch._debug_has_internal_overlap(v) != 0):
+                owner, _, leaf = k.rpartition(".")
+                case.model.get_submodule(owner)._buffers[leaf] = snapshot[k].clone()
+            else:
                 v.copy_(snapshot[k])
 
 
 def rng_states(device: str) -> list[torch.Tensor]:
-    """The default generators' states (CPU and, for an accelerator, its own), to tell whether a run drew
-    random numbers."""
+    """The default generators' states (CPU and, for an accelerator, the one of that device), to tell
+    whether a run drew random numbers. Generators a model owns are not seen."""
     states = [torch.random.get_rng_state()]
-    module = getattr(torch, torch.device(device).type, None)
-    if torch.device(device).type != "cpu" and hasattr(module, "get_rng_state"):
-        states.append(module.get_rng_state())
+    dev = torch.device(device)
+    module = getattr(torch, dev.type, None)
+    if dev.type != "cpu" and hasattr(module, "get_rng_state"):
+        states.append(module.get_rng_state(dev.index if dev.index is not None else module.current_device()))
     return states
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -41,6 +42,10 @@ class GoldenFallback(TorchDispatchMode):
     result would land in a copy), so they raise with their own message.
     """
 
+    # torch.cond, flex_attention, while_loop...: without this the mode refuses them outright; they run as
+    # they are (their inner ops are not retried: the HOP's own implementation runs below this mode)
+    supports_higher_order_operators = True
+
     def __init__(self, golden: torch.dtype, fallback: torch.dtype = torch.float32):
         super().__init__()
         self.golden, self.fallback = golden, fallback
@@ -48,6 +53,8 @@ class GoldenFallback(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):
+            return func(*args, **kwargs)
         try:
             return func(*args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:

@@ -188,6 +188,10 @@ class Policy:
                 relaxations.append(_relaxation(f"small_value.{dtype}", old, val, reason, val > old, source))
             small_value[dtype] = val
 
+        for key in LOOSER_WHEN_SMALLER:
+            if not 0 < ratios[key] < 1:
+                raise PolicyError(f"{source}: ratios.{key} = {ratios[key]} is a significance level: "
+                                  "it must lie strictly between 0 and 1")
         return cls(tolerances, small_value, Ratios(**ratios), tuple(relaxations), source)
 
     @classmethod

@@ -40,7 +40,7 @@ class Watchdog:
         self._done = threading.Event()
 
     def __enter__(self) -> "Watchdog":
-        if self.seconds and self.seconds > 0:
+        if self.seconds and 0 < self.seconds < 1e8:  # inf (or centuries) = no limit
             threading.Thread(target=self._watch, name="fusecheck-watchdog", daemon=True).start()
         return self
 

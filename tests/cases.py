@@ -179,3 +179,69 @@ def returns_plain_object():
 
 def scales_input_in_place():
     return Case(ScalesInputInPlace(), (torch.randn(4, 8),), "scales_input_in_place")
+
+
+class ExpandedMask(nn.Module):
+    """A non-persistent buffer that is an expanded view (elements share memory): reset by reassignment."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(1, 8).expand(4, 8), persistent=False)
+
+    def forward(self, x):
+        return x * self.mask
+
+
+class GrowingCache(nn.Module):
+    """A KV cache grown by reassignment (torch.cat), not in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(0, 8), persistent=False)
+
+    def forward(self, x):
+        self.cache = torch.cat([self.cache, x])
+        return self.cache.sum(0)
+
+
+class ReseedsItself(nn.Module):
+    """Calls torch.manual_seed inside: moves the RNG but repeats itself exactly."""
+
+    def forward(self, x):
+        torch.manual_seed(123)
+        return x + torch.randn_like(x) * 0
+
+
+class BranchesWithCond(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return torch.cond(y.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (y,))
+
+
+class CastsToFp8(nn.Module):
+    def forward(self, x):
+        return (x * 2).to(torch.float8_e4m3fn)
+
+
+def expanded_mask():
+    return Case(ExpandedMask(), (torch.randn(4, 8),), "expanded_mask")
+
+
+def growing_cache():
+    return Case(GrowingCache(), (torch.randn(2, 8),), "growing_cache")
+
+
+def reseeds_itself():
+    return Case(ReseedsItself(), (torch.randn(4, 8),), "reseeds_itself")
+
+
+def branches_with_cond():
+    return Case(BranchesWithCond(), (torch.randn(4, 8),), "branches_with_cond")
+
+
+def casts_to_fp8():
+    return Case(CastsToFp8(), (torch.randn(4, 8),), "casts_to_fp8")

@@ -183,3 +183,12 @@ def test_a_backend_that_drops_autograd_is_a_tool_error_naming_it():
     from fusecheck.run import CompileError
     with pytest.raises(CompileError, match="autograd graph was dropped"):
         check("models/mlp.py:build", backend=PLANTED + "detach_outputs", train=True)
+
+
+
+@pytest.mark.parametrize("target", ["expanded_mask", "growing_cache", "reseeds_itself", "branches_with_cond",
+                                    "casts_to_fp8"])
+def test_models_that_once_broke_the_harness_are_judged(target):
+    """Expanded or reassigned buffers, a forward that reseeds itself, torch.cond in the golden, an fp8 output."""
+    r = check(f"tests/cases.py:{target}", backend="aot_eager")
+    assert r.passed, [(row.name, row.verdict.message) for row in r.rows]

@@ -175,3 +175,43 @@ def test_a_malformed_policy_is_bad_usage(tmp_path, capsys):
         policy.write_text(text)
         assert _gate(tmp_path, "aot_eager", "--policy", str(policy)) == 2, text
     assert "malformed policy" in capsys.readouterr().err
+
+
+def test_an_error_report_never_overwrites_the_baseline(tmp_path):
+    base = tmp_path / "base.json"
+    assert _gate(tmp_path, PLANTED + "bf16_matmul", "--json", str(base)) == 1
+    before = base.read_text()
+    broken = tmp_path / "broken_backend.py"
+    broken.write_text("def backend(gm, inputs):\n    raise RuntimeError('codegen exploded')\n")
+    assert _gate(tmp_path, f"{broken}:backend", "--json", str(base), "--baseline", str(base)) == 3
+    assert base.read_text() == before
+
+
+def test_known_error_rows_are_not_accepted(tmp_path, capsys):
+    base = tmp_path / "base.json"
+    args = ["check", "tests/cases.py:empty_output", "--backend", "eager"]
+    assert main(args + ["--json", str(base)]) == 2
+    assert main(args + ["--baseline", str(base)]) == 2
+    assert "known failure" not in capsys.readouterr().out
+
+
+def test_time_limit_inf_means_none(tmp_path, monkeypatch):
+    import threading
+
+    from fusecheck.watchdog import Watchdog
+
+    assert _gate(tmp_path, "aot_eager", "--time-limit", "inf") == 0
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name))
+    with Watchdog(float("inf"), "check"):  # no watchdog thread: one would die at once on wait(inf)
+        pass
+    with Watchdog(5.0, "check"):
+        pass
+    assert started == ["fusecheck-watchdog"]
+
+
+def test_significance_levels_must_be_between_0_and_1(tmp_path, capsys):
+    policy = tmp_path / "p.toml"
+    policy.write_text('[ratios]\nmean_rel_alpha = 0\nreason = "off"\n')
+    assert _gate(tmp_path, "aot_eager", "--policy", str(policy)) == 2
+    assert "strictly between 0 and 1" in capsys.readouterr().err

@@ -134,6 +134,8 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     dtype = getattr(result, "dtype", None)  # judged as this dtype, also where the arithmetic runs on a copy
     if dtype in NARROW_FLOATS and getattr(reference, "dtype", None) == dtype:
         result, reference = result.float(), reference.float()  # exact: fp8 -> fp32 loses no bit
+    if getattr(golden, "dtype", None) in NARROW_FLOATS:  # the model itself casts to fp8: so does its golden
+        golden = golden.float()
     bad = _structural_check(name, result, reference, golden)
     if bad is not None:
         return bad

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -28,7 +29,9 @@ def ulp_format(dtype: torch.dtype) -> tuple[int, int]:
     if not dtype.is_floating_point:
         dtype = torch.float32
     info = torch.finfo(dtype)
-    return round(-math.log2(info.eps)), round(math.log2(info.smallest_normal))
+    named = re.search(r"float8_e\dm(\d)", str(dtype))  # finfo(float8_e5m2fnuz).eps says 3 mantissa bits, not 2
+    mantissa = int(named.group(1)) if named else round(-math.log2(info.eps))
+    return mantissa, round(math.log2(info.smallest_normal))
 
 # Devices on which fp64 is unavailable: accumulate in fp32 there.
 NO_FP64_DEVICE_TYPES = {"mps"}

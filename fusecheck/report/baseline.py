@@ -80,7 +80,11 @@ def diff_against(report, baseline: dict[str, str]) -> BaselineDiff:
         matched |= before is not None
         now = f"{row.verdict.status.value} {row.verdict.code}"
         if not row.passed:
-            # known only when it failed before in the same way: a new kind of failure is a new failure
+            # known only when it failed before in the same way: a new kind of failure is a new failure.
+            # ERROR rows (nothing could be judged) are never accepted: they keep the exit code at 2
+            if row.verdict.status.value == "ERROR":
+                diff.new_failures.append(f"{key} ({now})")
+                continue
             (diff.known_failures if before == now else diff.new_failures).append(f"{key} ({now})")
             if before == now:
                 diff.known_names.add(row.name)
