@@ -69,6 +69,7 @@ def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind(ci
     leaked_earlier = {op: lowering.lowerings.pop(op) for op in ops if op in lowering.lowerings}  # hermetic
     try:
         before = set(lowering.lowerings)
+        realized_before = set(lowering.needs_realized_inputs)
         torch._dynamo.reset()
         from torch._inductor import config
 
@@ -78,6 +79,7 @@ def test_compiling_without_decompositions_leaves_no_fallback_lowerings_behind(ci
             added = set(lowering.lowerings) - before
         assert set(ops) & added, "without decompositions these ops must reach lowering as aten fallbacks"
         assert set(lowering.lowerings) == before
+        assert set(lowering.needs_realized_inputs) == realized_before  # make_fallback writes there too
     finally:
         lowering.lowerings.update(leaked_earlier)
 

@@ -7,12 +7,14 @@ unsupported torch raises ToggleUnsupported instead of silently doing nothing.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+from unittest import mock
 
 import torch
 
 from . import graph_kinds as gk
 from .compat import require_attr, require_config, require_module, require_own
+from .fallbacks import deliberate_fallbacks
 from .hooks import fusion_veto, inline_veto, ir_kind, node_traits
 from .toggle import Toggle
 
@@ -151,57 +153,21 @@ def _minimal_decomps() -> dict[Any, Any]:
 
 
 @contextlib.contextmanager
-def _decomposition_table(module: Any, table: dict[Any, Any]) -> Any:
+def _decomposition_table(module: Any, table: dict[Any, Any]) -> Iterator[None]:
     """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time).
 
-    Ops that are no longer decomposed reach lowering and get implicit fallbacks. ``make_fallback`` asserts
-    that the op has no decomposition, reading ``lowering.decompositions`` on torch versions that do not pass
-    ``get_decomp_fn`` (2.11): that global is swapped too. Fallbacks registered inside the scope are removed
-    on exit, so the scope leaves Inductor's lowering table as it found it.
+    Ops that are no longer decomposed reach lowering and get implicit fallbacks, made deliberately
+    (``passes.fallbacks``: the registries they write are restored on exit). ``make_fallback`` on torch 2.11
+    reads ``lowering.decompositions`` instead of ``get_decomp_fn``: that global is swapped too.
     """
     from torch._inductor import lowering
 
-    saved = {"decompositions": module.decompositions, "fast_random_decomps": module.fast_random_decomps}
-    saved_lowering_decomps = getattr(lowering, "decompositions", None)
-    lowerings_before = dict(lowering.lowerings)
-    fallbacks = getattr(lowering, "fallbacks", None)
-    fallbacks_before = set(fallbacks) if fallbacks is not None else None
-    module.decompositions = table
-    module.fast_random_decomps = lambda: table
-    if saved_lowering_decomps is not None:
-        lowering.decompositions = table
-    graph_module = require_module("torch._inductor.graph", "decompositions")
-    saved_make_fallback = graph_module.make_fallback
-    graph_module.make_fallback = _deliberate_fallback(saved_make_fallback)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.multiple(module, decompositions=table, fast_random_decomps=lambda: table))
+        if getattr(lowering, "decompositions", None) is not None:
+            stack.enter_context(mock.patch.object(lowering, "decompositions", table))
+        stack.enter_context(deliberate_fallbacks())
         yield
-    finally:
-        graph_module.make_fallback = saved_make_fallback
-        for k, v in saved.items():
-            setattr(module, k, v)
-        if saved_lowering_decomps is not None:
-            lowering.decompositions = saved_lowering_decomps
-        for op in set(lowering.lowerings) - set(lowerings_before):
-            del lowering.lowerings[op]
-        lowering.lowerings.update(lowerings_before)
-        if fallbacks_before is not None:
-            for op in set(fallbacks) - fallbacks_before:
-                fallbacks.discard(op)
-
-
-def _deliberate_fallback(make_fallback: Callable[..., Any]) -> Callable[..., Any]:
-    """``make_fallback`` for ops left undecomposed on purpose.
-
-    With ``CI`` set in the environment (every CI runner), ``make_fallback`` raises when the op has a
-    decomposition anywhere in torch, as a guard for Inductor's own developers. Here skipping that
-    decomposition is the point, so the fallback says so (``override_decomp``).
-    """
-
-    def make(op: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs["override_decomp"] = True
-        return make_fallback(op, *args, **kwargs)
-
-    return make
 
 
 def _apply_decompositions(stack: contextlib.ExitStack) -> None:

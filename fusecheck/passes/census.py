@@ -24,6 +24,7 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+from unittest import mock
 
 import networkx as nx
 
@@ -250,13 +251,9 @@ def _cpp_loop_hooks() -> Iterator[None]:
                 table[f"{kernel_name}{LOOP_MARK}{i}:{handle}"] = list(names)
         return out
 
-    group_cls.finalize_kernel = finalize_kernel
-    sched_cls.codegen_comment = codegen_comment
-    try:
+    with mock.patch.object(group_cls, "finalize_kernel", finalize_kernel), \
+            mock.patch.object(sched_cls, "codegen_comment", codegen_comment):
         yield
-    finally:
-        group_cls.finalize_kernel = orig_finalize
-        sched_cls.codegen_comment = orig_comment
 
 
 @contextlib.contextmanager
@@ -298,13 +295,9 @@ def _backward_provenance() -> Iterator[None]:
         finally:
             debug._pre_grad_graph_id = None
 
-    debug.dump_inductor_provenance_info = dump_inductor_provenance_info
-    Scheduler.codegen = codegen
-    try:
+    with mock.patch.object(debug, "dump_inductor_provenance_info", dump_inductor_provenance_info), \
+            mock.patch.object(Scheduler, "codegen", codegen):
         yield
-    finally:
-        debug.dump_inductor_provenance_info = orig
-        Scheduler.codegen = orig_codegen
 
 
 @contextlib.contextmanager

@@ -9,25 +9,23 @@ uncompilable fails that probe only (the search reports the compile error). Entri
 return their input (views, detach, alias, nop_decomposition) are never decisions: refusing them changes
 the graph's structure (and with it which pattern-conditional passes fire) without changing arithmetic.
 
-Implicit fallbacks registered for refused ops are removed on exit (`lowerings`, `fallbacks` and the other
-registries `make_fallback` writes), and `make_fallback` is told the op's decomposition was overridden (it
-asserts "both a fallback and a decomp" otherwise, reading `get_decomp_fn()` or, on torch 2.11,
-`lowering.decompositions`), so the gate leaves Inductor's tables as it found them.
+Implicit fallbacks made for refused ops are deliberate ones (`fusecheck.passes.fallbacks`, shared with the
+`decompositions` toggle): `make_fallback` is told the op's decomposition was overridden, and the registries
+it writes are restored on exit, so the gate leaves Inductor's tables as it found them.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import MutableSet
 from typing import Any, Callable, Iterator
+from unittest import mock
 
 from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
+from fusecheck.passes.fallbacks import deliberate_fallbacks
 
 # decompositions that copy or re-wrap their input: no arithmetic to be wrong about
 _NOOP_FNS = ("nop_decomposition", "noop", "_noop")
 _NOOP_OPS = ("clone", "_unsafe_view", "lift_fresh_copy", "detach", "alias")
-# what make_fallback writes into torch._inductor.lowering (restored on exit)
-_REGISTRIES = ("lowerings", "fallbacks", "needs_realized_inputs", "_maybe_layout_constraints")
 
 
 def is_noop(op: Any, fn: Callable[..., Any]) -> bool:
@@ -75,35 +73,18 @@ def install(log: DecisionLog):
         raise GateUnavailable("decomposition gate needs torch._inductor.compile_fx.select_decomp_table")
     if not callable(getattr(graph_mod, "make_fallback", None)) or not hasattr(lowering, "lowerings"):
         raise GateUnavailable("decomposition gate needs torch._inductor.graph.make_fallback and lowering.lowerings")
-    return _patched(compile_fx, graph_mod, lowering, log)
+    return _patched(compile_fx, log)
 
 
 @contextlib.contextmanager
-def _patched(module: Any, graph_mod: Any, lowering: Any, log: DecisionLog) -> Iterator[None]:
-    orig, orig_fallback = module.select_decomp_table, graph_mod.make_fallback
+def _patched(module: Any, log: DecisionLog) -> Iterator[None]:
+    orig = module.select_decomp_table
     refused: set = set()
-    saved = {name: (dict(obj) if isinstance(obj, dict) else list(obj)) for name in _REGISTRIES
-             if isinstance(obj := getattr(lowering, name, None), (dict, MutableSet))}
 
     def select_decomp_table() -> dict[Any, Callable[..., Any]]:
         return {op: (fn if is_noop(op, fn) else _wrap(op, fn, log, refused)) for op, fn in orig().items()}
 
-    @functools.wraps(orig_fallback)
-    def make_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
-        if op in refused:  # its decomposition was refused on purpose: the fallback replaces it
-            kwargs["override_decomp"] = True
-        return orig_fallback(op, *args, **kwargs)
-
-    module.select_decomp_table, graph_mod.make_fallback = select_decomp_table, make_fallback
-    try:
+    # a refused decomposition is replaced by its fallback on purpose (passes.fallbacks restores the tables)
+    with deliberate_fallbacks(lambda op: op in refused), \
+            mock.patch.object(module, "select_decomp_table", select_decomp_table):
         yield
-    finally:
-        module.select_decomp_table, graph_mod.make_fallback = orig, orig_fallback
-        for name, before in saved.items():  # in place: other modules hold these objects
-            live = getattr(lowering, name)
-            live.clear()
-            if isinstance(live, dict):
-                live.update(before)
-            else:
-                for item in before:
-                    live.add(item)
