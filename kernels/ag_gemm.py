@@ -2,7 +2,8 @@
 
 Per rank: a (m, k) row shard, b (k, n) replicated. Output (world*m, n) = all_gather(a) @ b.
 The pipeline body is shared by the three modes (fused, identity compute, identity communication), so the
-layers test the same chunking. The hooks `_dest_block`, `_dest_rows`, `_matmul` and `wait_before_use` are
+layers test the same chunking. The hooks `_recv_buffers`, `_dest_block`, `_dest_rows`, `_matmul` and
+`wait_before_use` are
 where the planted bugs of tests/test_dist_planted.py go.
 """
 from __future__ import annotations
@@ -11,7 +12,6 @@ import torch
 import torch.distributed as dist
 
 from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, ops, workspace
-
 
 
 class AllGatherGemm(DistSpec):
@@ -32,8 +32,7 @@ class AllGatherGemm(DistSpec):
         """Start the gather of chunk 0; then for each chunk: start the next gather, wait, consume."""
         world = dist.get_world_size(group)
         bounds = chunk_bounds(a.shape[0], int(self.tiling["chunks"]))
-        bufs = [workspace.buffer(f"ag_gemm.recv{c}", (world * (e - s), a.shape[1]), a.dtype, a.device)
-                for c, (s, e) in enumerate(bounds)]
+        bufs = self._recv_buffers(a, bounds, world)
 
         def start(c):
             s, e = bounds[c]
@@ -49,6 +48,11 @@ class AllGatherGemm(DistSpec):
         if not self.wait_before_use:
             for w in works:
                 w.wait()
+
+    def _recv_buffers(self, a: torch.Tensor, bounds: list, world: int) -> list[torch.Tensor]:
+        """One receive buffer per chunk: chunk c+1 is gathered while chunk c is still being consumed."""
+        return [workspace.buffer(f"ag_gemm.recv{c}", (world * (e - s), a.shape[1]), a.dtype, a.device)
+                for c, (s, e) in enumerate(bounds)]
 
     def _dest_block(self, src: int, world: int) -> int:
         return src

@@ -120,24 +120,11 @@ class SharedRecvBuffer(AllGatherGemm):
     """Gathers every chunk into one receive buffer: the gather of chunk c+1 (started early, for overlap) can
     overwrite chunk c before it is consumed. Wrong only when c+1's gather finishes first: a timing race."""
 
-    def _pipeline(self, a, group, consume):
-        from fusecheck.dist import chunk_bounds, ops, workspace
-        world = dist.get_world_size(group)
-        bounds = chunk_bounds(a.shape[0], int(self.tiling["chunks"]))
+    def _recv_buffers(self, a, bounds, world):
+        from fusecheck.dist import workspace
         rows = max((e - s for s, e in bounds), default=0)
         shared = workspace.buffer("ag_gemm.shared", (world * rows, a.shape[1]), a.dtype, a.device)
-        views = [shared[:world * (e - s)] for s, e in bounds]
-
-        def start(c):
-            s, e = bounds[c]
-            return ops.all_gather_tensor(views[c], a[s:e].contiguous(), group=group, async_op=True)
-
-        works = [start(0)] if bounds else []
-        for c, (s, e) in enumerate(bounds):
-            if c + 1 < len(bounds):
-                works.append(start(c + 1))
-            works[c].wait()
-            consume(c, s, e, views[c].view(world, e - s, -1))
+        return [shared[:world * (e - s)] for s, e in bounds]
 
 
 class DiesOnRank(AllGatherGemm):
