@@ -120,6 +120,12 @@ def _judge_row(name: str, compiled: RunResult, compiled2: RunResult, eager: RunR
     return row
 
 
+def _differing(first: RunResult, second: RunResult, extra: tuple[str, ...] = ()) -> set[str]:
+    """Names of the results (outputs, gradients, `extra` mutated state) whose bits differ between two runs."""
+    other = second.all(extra)
+    return {k for k, v in first.all(extra).items() if k not in other or bitwise_equal(v, other[k]) != v.numel()}
+
+
 def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype | None = None,
               device: str = "cpu", train: bool = False, policy: Policy | None = None,
               toggles: Sequence[str] = (), seed: int = 0) -> CheckReport:
@@ -145,8 +151,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
         raise
     except Exception as exc:
         raise TargetError(f"the target {case.name!r} fails in eager mode: {type(exc).__name__}: {exc}") from exc
-    if drew and any(k not in eager2.all() or bitwise_equal(v, eager2.all()[k]) != v.numel()
-                    for k, v in eager.all().items()):
+    if drew and _differing(eager, eager2):
         # a forward that reseeds itself (torch.manual_seed inside) also moves the RNG, but repeats itself
         raise TargetError(f"the target {case.name!r} draws random numbers in its forward or backward (the RNG "
                           "advanced during the eager run and two eager runs differ): eager, compiled and golden "
@@ -209,7 +214,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                      "the values after the call are judged too")
     t = time.perf_counter()
     phase(f"comparing the outputs of {case.name!r}")
-    noisy = {k for k, v in eager.all(mutated).items() if bitwise_equal(v, eager2.all(mutated)[k]) != v.numel()}
+    noisy = _differing(eager, eager2, mutated)
     rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, mutated, name in noisy)
             for name in eager.all(mutated)]
     for name in compiled.all().keys() - eager.all().keys():
