@@ -89,11 +89,11 @@ def _toggle_contexts(toggles: Sequence[str], backend: Backend, stack: contextlib
     return stack.enter_context(collecting_census()) if backend.is_inductor else None
 
 
-def _judge_row(name: str, compiled: RunResult, compiled2: RunResult, eager: RunResult, eager2: RunResult,
-               golden: RunResult, policy: Policy, exact: bool, mutated: tuple[str, ...],
+def _judge_row(name: str, runs: dict[str, dict[str, torch.Tensor]], policy: Policy, exact: bool,
                eager_noisy: bool) -> Comparison:
-    e1, e2, g = eager.all(mutated).get(name), eager2.all(mutated).get(name), golden.all(mutated).get(name)
-    c1, c2 = compiled.all(mutated).get(name), compiled2.all(mutated).get(name)
+    """`runs`: each run's results by name (eager, eager2, compiled, compiled2, golden)."""
+    e1, e2, g = runs["eager"].get(name), runs["eager2"].get(name), runs["golden"].get(name)
+    c1, c2 = runs["compiled"].get(name), runs["compiled2"].get(name)
     if c1 is None:
         return input_error(name, "structure_mismatch", f"compiled produced no {name} (eager did)", e1)
     if not (e1.is_floating_point() or e1.is_complex()):
@@ -215,8 +215,9 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     t = time.perf_counter()
     phase(f"comparing the outputs of {case.name!r}")
     noisy = _differing(eager, eager2, mutated)
-    rows = [_judge_row(name, compiled, compiled2, eager, eager2, golden, policy, exact, mutated, name in noisy)
-            for name in eager.all(mutated)]
+    runs = {k: r.all(mutated) for k, r in (("eager", eager), ("eager2", eager2), ("compiled", compiled),
+                                            ("compiled2", compiled2), ("golden", golden))}
+    rows = [_judge_row(name, runs, policy, exact, name in noisy) for name in runs["eager"]]
     for name in compiled.all().keys() - eager.all().keys():
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))
     timings["compare"] = time.perf_counter() - t
