@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from fusecheck.case import Case
 
 
-_COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64}
+COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64}
 
 
 def cast_tree(tree: Any, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
@@ -23,8 +23,8 @@ def cast_tree(tree: Any, dtype: torch.dtype | None = None, device: torch.device 
         if not isinstance(x, torch.Tensor):
             return x
         x = x.to(device) if device is not None else x
-        if dtype is not None and x.is_complex() and dtype in _COMPLEX_OF:
-            return x.to(_COMPLEX_OF[dtype])
+        if dtype is not None and x.is_complex() and dtype in COMPLEX_OF:
+            return x.to(COMPLEX_OF[dtype])
         return x.to(dtype) if dtype is not None and x.is_floating_point() else x
     return pytree.tree_map(leaf, tree)
 

@@ -15,22 +15,21 @@ from torch._ops import HigherOrderOperator
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fusecheck.golden import COMPLEX_OF
+
 
 class GoldenError(RuntimeError):
     """The golden run failed although eager ran (exit code 3: no verdict is possible)."""
 
 
-_COMPLEX = {torch.float64: torch.complex128, torch.float32: torch.complex64}
-
-
 def _recast(tree: Any, src: torch.dtype, dst: torch.dtype) -> Any:
-    pairs = {src: dst, _COMPLEX.get(src): _COMPLEX.get(dst)}
+    pairs = {src: dst, COMPLEX_OF.get(src): COMPLEX_OF.get(dst)}
     return pytree.tree_map(lambda x: x.to(pairs[x.dtype]) if isinstance(x, torch.Tensor) and x.dtype in pairs
                            and pairs[x.dtype] is not None else x, tree)
 
 
 def _uses(tree: Any, dtype: torch.dtype) -> bool:
-    wanted = {dtype, _COMPLEX.get(dtype)}
+    wanted = {dtype, COMPLEX_OF.get(dtype)}
     return any(isinstance(x, torch.Tensor) and x.dtype in wanted for x in pytree.tree_leaves(tree))
 
 
