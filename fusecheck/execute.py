@@ -5,6 +5,7 @@ so that eager, compiled and golden runs line up key by key.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -13,6 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.case import Case, TargetError
+from fusecheck.digest import Digest, digest
 from fusecheck.golden import cast_tree
 
 
@@ -25,6 +27,7 @@ class RunResult:
     after: dict[str, torch.Tensor] = field(default_factory=dict)
     mutated: tuple[str, ...] = ()  # keys of `after` whose values the call changed
     skipped: tuple[str, ...] = ()  # outputs that hold tensors in a form that is not compared (say so)
+    digests: dict[str, Digest] = field(default_factory=dict)  # a repeat run's results, as bit digests
 
     def all(self, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
         return {**self.outputs, **self.grads, **{k: self.after[k] for k in extra}}
@@ -39,24 +42,59 @@ def module_tensors(model: Any) -> dict[str, torch.Tensor]:
             **dict(model.named_buffers(remove_duplicate=False))}
 
 
-def state_snapshot(case: Case) -> dict[str, torch.Tensor]:
-    """A copy of the module state (parameters and buffers), to reset it before every run."""
-    return {k: v.detach().clone() for k, v in module_tensors(case.model).items()}
+# Parameters larger than this are not copied to reset them between runs (that would double the model's memory):
+# their digest proves they did not change, and a model that changes them in place is refused at that size.
+FULL_COPY_PARAM_BYTES = 256 << 20
 
 
-def restore_state(case: Case, snapshot: dict[str, torch.Tensor]) -> None:
-    """Copy the snapshot back in place; a buffer that cannot take it in place (reassigned to a new shape,
-    like a KV cache grown with torch.cat, or an expanded view whose elements share memory) is reassigned."""
-    if not snapshot:
-        return
-    buffers = dict(case.model.named_buffers(remove_duplicate=False))
-    with torch.no_grad():
-        for k, v in module_tensors(case.model).items():
-            if k in buffers and (v.shape != snapshot[k].shape or torch._debug_has_internal_overlap(v) != 0):
-                owner, _, leaf = k.rpartition(".")
-                case.model.get_submodule(owner)._buffers[leaf] = snapshot[k].clone()
-            else:
-                v.copy_(snapshot[k])
+class StateSnapshot:
+    """The module state every run starts from: buffers copied, parameters copied when small, else digested."""
+
+    def __init__(self, case: Case):
+        tensors = module_tensors(case.model)
+        buffers = set(dict(case.model.named_buffers(remove_duplicate=False))) if tensors else set()
+        param_bytes = sum(v.numel() * v.element_size() for k, v in tensors.items() if k not in buffers)
+        copy_params = param_bytes <= FULL_COPY_PARAM_BYTES
+        self.values = {k: v.detach().clone() for k, v in tensors.items() if k in buffers or copy_params}
+        self.digests = {k: digest(v) for k, v in tensors.items() if k not in self.values}
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.digests)
+
+    def changed(self, key: str, now: torch.Tensor) -> bool:
+        if key in self.values:
+            return _changed(now, self.values[key])
+        return digest(now) != self.digests[key]
+
+    def restore(self, case: Case) -> None:
+        """Copy the saved state back in place; a buffer that cannot take it in place (reassigned to a new
+        shape, like a KV cache grown with torch.cat, or an expanded view whose elements share memory) is
+        reassigned. A large parameter that changed cannot be reset: refused."""
+        if not self:
+            return
+        buffers = dict(case.model.named_buffers(remove_duplicate=False))
+        with torch.no_grad():
+            for k, v in module_tensors(case.model).items():
+                if k in self.digests:
+                    if digest(v) != self.digests[k]:
+                        raise TargetError(f"the model changes its parameter {k!r} in place; fusecheck resets "
+                                          f"parameters between runs only below {FULL_COPY_PARAM_BYTES >> 20} MiB")
+                    continue
+                saved = self.values[k]
+                if k in buffers and (v.shape != saved.shape or torch._debug_has_internal_overlap(v) != 0):
+                    owner, _, leaf = k.rpartition(".")
+                    case.model.get_submodule(owner)._buffers[leaf] = saved.clone()
+                else:
+                    v.copy_(saved)
+
+
+def state_snapshot(case: Case) -> StateSnapshot:
+    return StateSnapshot(case)
+
+
+def restore_state(case: Case, snapshot: StateSnapshot | None) -> None:
+    if snapshot:
+        snapshot.restore(case)
 
 
 def rng_states(device: str) -> list[torch.Tensor]:
@@ -112,16 +150,37 @@ def make_cotangents(outputs: dict[str, torch.Tensor], seed: int) -> dict[str, to
             for k, v in outputs.items() if v.is_floating_point() and v.requires_grad}
 
 
+@contextlib.contextmanager
+def _taking_grads(params: dict[str, torch.Tensor], take: Callable[[str, torch.Tensor], None]):
+    """Hand each parameter's gradient to `take` the moment autograd has accumulated it, and clear `.grad`:
+    no run ever holds its gradients twice (on the parameters and in its results)."""
+    def hook(name):
+        def fn(p):
+            if p.grad is not None:
+                take(name, p.grad.detach())
+                p.grad = None
+        return fn
+    handles = [p.register_post_accumulate_grad_hook(hook(n)) for n, p in params.items() if p.requires_grad]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
              cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0,
-             state: dict[str, torch.Tensor] | None = None) -> RunResult:
+             state: StateSnapshot | None = None, digests_only: bool = False,
+             param_grads: bool = True) -> RunResult:
     """Call `fn(*case.inputs, **case.kwargs)` on fresh copies of the inputs, after resetting the module
     state to `state`, so that a model that mutates its inputs or buffers sees the same values every run;
     what it mutated is returned in `after`/`mutated`. With `train`, backpropagate `cotangents` (made from
-    `seed` when None) and collect the gradients of parameters and floating inputs."""
+    `seed` when None) and collect the gradients of parameters (unless `param_grads` is False: a streamed
+    golden hands them over itself) and floating inputs. With `digests_only`, every result is kept as a
+    digest of its bits (`digests`) instead of a tensor: what a repeat run needs to prove repeatability."""
     model = case.model
     params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
-    restore_state(case, state or {})
+    restore_state(case, state)
     inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.inputs)
     kwargs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.kwargs)
     leaves = inputs
@@ -138,38 +197,49 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     outputs, skipped = flatten_outputs(out)
     if not outputs:
         raise TargetError(f"case {case.name!r}: the model returned no tensors ({type(out).__name__}); nothing to check")
+    del out
     if train and cotangents is not None:
         lost = [k for k in cotangents if k in outputs and not outputs[k].requires_grad]
         if lost:
             raise RuntimeError(f"{', '.join(lost)} does not require grad where eager's did: the autograd graph "
                                "was dropped, so no gradient can be compared")
-    grads: dict[str, torch.Tensor] = {}
+    keep: Callable[[torch.Tensor], Any] = digest if digests_only else (lambda t: t)
+    grads: dict[str, Any] = {}
     if train:
         cots = cotangents if cotangents is not None else make_cotangents(outputs, seed)
         pairs = [(outputs[k], cast_tree(c, outputs[k].dtype)) for k, c in cots.items() if k in outputs]
         if not pairs:
             raise TargetError(f"case {case.name!r}: --train but no output requires grad")
-        torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
-        grads = {f"grad.{n}": p.grad.detach().clone() for n, p in params.items() if p.grad is not None}
+        taken: dict[str, torch.Tensor] = {}
+
+        def take(name: str, g: torch.Tensor) -> None:
+            taken[name] = taken[name] + g if name in taken else g
+        with _taking_grads(params if param_grads else {}, take):
+            torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
+        del pairs
+        grads = {f"grad.{n}": keep(taken.pop(n)) for n in params if n in taken}
         for path, x in pytree.tree_flatten_with_path(leaves)[0]:
             if isinstance(x, torch.Tensor) and x.grad is not None:
-                grads[f"grad.input{pytree.keystr(path)}"] = x.grad.detach().clone()
+                grads[f"grad.input{pytree.keystr(path)}"] = keep(x.grad.detach())
     after, mutated = {}, []
     for prefix, pristine, now_tree in (("input", case.inputs, inputs), ("kwargs", case.kwargs, kwargs)):
         pristine_leaves, _ = pytree.tree_flatten_with_path(pristine)
         for (path, before), now in zip(pristine_leaves, pytree.tree_leaves(now_tree)):
             if isinstance(now, torch.Tensor):
                 key = f"mutated.{prefix}{pytree.keystr(path)}"
-                after[key] = now.detach()
+                after[key] = keep(now.detach())
                 if _changed(now.detach(), before.detach()):
                     mutated.append(key)
     if state:
         for k, v in module_tensors(model).items():
             key = f"mutated.state.{k}"
-            if _changed(v.detach(), state[k]):
-                after[key] = v.detach().clone()
+            if state.changed(k, v.detach()):
+                after[key] = keep(v.detach().clone())
                 mutated.append(key)
             else:
-                after[key] = state[k]
-    return RunResult({k: v.detach().clone() for k, v in outputs.items()}, grads, cots if train else None,
-                     after, tuple(mutated), tuple(skipped))
+                after[key] = keep(state.values[k]) if k in state.values else keep(v.detach())
+    outs = {k: keep(v.detach().clone()) for k, v in outputs.items()}  # an output may alias a buffer the next run resets
+    if digests_only:
+        return RunResult({}, {}, cots if train else None, {}, tuple(mutated), tuple(skipped),
+                         digests={**outs, **grads, **after})
+    return RunResult(outs, grads, cots if train else None, after, tuple(mutated), tuple(skipped))

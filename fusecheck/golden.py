@@ -44,9 +44,11 @@ def prepare_case(case: Case, dtype: torch.dtype | None, device: str) -> Case:
     return Case(model, cast_tree(case.inputs, dtype, device), case.name, cast_tree(case.kwargs, dtype, device))
 
 
-def golden_case(case: Case, golden_dtype: torch.dtype) -> Case:
-    """Deep copy of an already prepared case, upcast to `golden_dtype` (fp64, or fp32 without fp64)."""
+def golden_case(case: Case, golden_dtype: torch.dtype, device: torch.device | str | None = None) -> Case:
+    """Deep copy of an already prepared case, upcast to `golden_dtype` (fp64, or fp32 without fp64), on
+    `device` (default: where the case is)."""
     model = case.model
     if isinstance(model, torch.nn.Module):
-        model = copy.deepcopy(model).to(golden_dtype)
-    return Case(model, cast_tree(case.inputs, golden_dtype), case.name, cast_tree(case.kwargs, golden_dtype))
+        model = copy.deepcopy(model).to(device=device, dtype=golden_dtype)
+    return Case(model, cast_tree(case.inputs, golden_dtype, device), case.name,
+                cast_tree(case.kwargs, golden_dtype, device))

@@ -1,10 +1,14 @@
 """The core check: eager (twice), compiled (twice) and golden side by side, judged output by output.
 
 Data flows one way: prepare case -> capture+compile -> run eager/compiled/golden -> compare -> report.
+The repeat runs are kept as bit digests, the golden is streamed block by block when the model has blocks
+(fusecheck/streamed/), and each gradient row is judged as soon as its golden exists: a check holds the model,
+eager's and compiled's results, and one fp64 block, never a whole fp64 copy of the model.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -14,15 +18,20 @@ import torch
 from fusecheck.backends import Backend, resolve_backend
 from fusecheck.capture import CapturedGraph, GraphCapture
 from fusecheck.case import Case, TargetError
-from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
-from fusecheck.compare.metrics import bitwise_equal
+from fusecheck.compare import Comparison, Status, input_error
 from fusecheck.devices import resolve_device, resolve_dtype
-from fusecheck.execute import RunResult, restore_state, rng_changed, rng_states, run_once, state_snapshot
-from fusecheck.golden import cast_tree, golden_case, prepare_case
+from fusecheck.digest import digest
+from fusecheck.execute import RunResult, rng_changed, rng_states, run_once, state_snapshot
+from fusecheck.golden import prepare_case
 from fusecheck.golden_fallback import GoldenError, GoldenFallback
+from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
+from fusecheck.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
+from fusecheck.rows import RowJudge
+from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict, first_worse, judge_blocks, replay_compiled
+from fusecheck.streamed.plan import BlockPlan, make_plan
 from fusecheck.watchdog import phase
 
 
@@ -48,6 +57,14 @@ class CheckReport:
     compiled_repeatable: bool = True
     movement_only: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
+    golden_mode: str = "whole"     # how the golden ran: "whole" or "streamed (...)"
+    regional: bool = False
+    blocks: list[BlockVerdict] = field(default_factory=list)
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def first_worse_block(self) -> str | None:
+        return first_worse(self.blocks)
 
     @property
     def passed(self) -> bool:
@@ -72,13 +89,10 @@ class CheckReport:
             "notes": list(self.notes), "policy": self.policy.to_dict(),
             "graphs": [g.to_dict() for g in self.graphs], "rows": [r.to_dict() for r in self.rows],
             "census": self.census.to_dict() if self.census is not None and hasattr(self.census, "to_dict") else None,
-            "seconds": self.seconds,
+            "seconds": self.seconds, "golden_mode": self.golden_mode, "regional": self.regional,
+            "blocks": [b.to_dict() for b in self.blocks], "first_worse_block": self.first_worse_block,
+            "memory": self.memory,
         }
-
-
-def _worst(a: Metrics, b: Metrics) -> Metrics:
-    """Per-metric worst of two eager-vs-golden measurements (cosine: the smaller)."""
-    return Metrics({k: (min if k == "cosine" else max)(a.values[k], b.values[k]) for k in a.values})
 
 
 def _toggle_contexts(toggles: Sequence[str], backend: Backend, stack: contextlib.ExitStack):
@@ -89,68 +103,88 @@ def _toggle_contexts(toggles: Sequence[str], backend: Backend, stack: contextlib
     return stack.enter_context(collecting_census()) if backend.is_inductor else None
 
 
-def _judge_row(name: str, runs: dict[str, dict[str, torch.Tensor]], policy: Policy, exact: bool,
-               eager_noisy: bool) -> Comparison:
-    """`runs`: each run's results by name (eager, eager2, compiled, compiled2, golden)."""
-    e1, e2, g = runs["eager"].get(name), runs["eager2"].get(name), runs["golden"].get(name)
-    c1, c2 = runs["compiled"].get(name), runs["compiled2"].get(name)
-    if c1 is None:
-        return input_error(name, "structure_mismatch", f"compiled produced no {name} (eager did)", e1)
-    if not (e1.is_floating_point() or e1.is_complex()):
-        g = None  # integers and bools are compared exactly against eager
-    ref_g = None
-    if eager_noisy and g is not None and e1.shape == g.shape:
-        both = compare(e2, e1, g, policy=policy, name=name)
-        if both.vs_golden is not None:
-            ref_g = _worst(both.vs_golden, both.reference_vs_golden)
-    # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
-    exact = exact and name.startswith("output")
-    row = compare(c1, e1, g, policy=policy, exact=exact, name=name, reference_vs_golden=ref_g,
-                  exact_reason="the captured graphs are pure data movement, which must be bitwise equal")
-    if eager_noisy:
-        row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
-    if row.vs_reference is not None and isinstance(c2, torch.Tensor) and c2.shape == c1.shape and c2.dtype == c1.dtype:
-        same = bitwise_equal(c1, c2)
-        if same != c1.numel():
-            msg = f"compiled output changed between two runs with the same inputs ({c1.numel() - same} elements)"
-            if eager_noisy:
-                row.notes.append(msg + "; eager is nondeterministic too")
-            else:
-                row.verdict = Verdict(Status.FAIL, "nondeterministic_compiled", msg + "; eager is repeatable")
-    return row
+def _differing(first: RunResult, again: RunResult, extra: tuple[str, ...] = ()) -> set[str]:
+    """Names of the results of `first` (outputs, gradients, `extra` mutated state) whose bits differ in the
+    repeat run `again` (kept as digests)."""
+    return {k for k, v in first.all(extra).items() if again.digests.get(k) != digest(v)}
 
 
-def _differing(first: RunResult, second: RunResult, extra: tuple[str, ...] = ()) -> set[str]:
-    """Names of the results (outputs, gradients, `extra` mutated state) whose bits differ between two runs."""
-    other = second.all(extra)
-    return {k for k, v in first.all(extra).items() if k not in other or bitwise_equal(v, other[k]) != v.numel()}
+GOLDEN_CHOICES = ("auto", "streamed", "whole")
+
+
+@contextlib.contextmanager
+def _measured(name: str, mem: MemoryLog, timings: dict[str, float], device: torch.device):
+    """A phase: its time and peak memory recorded, an out-of-memory turned into one actionable error."""
+    t = time.perf_counter()
+    try:
+        with mem.phase(name):
+            yield
+    except Exception as exc:
+        if is_oom(exc):
+            raise OutOfMemory(oom_message(name, exc, device)) from None
+        raise
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+
+
+def _plan_for(prepared: Case, golden: str, blocks: str | None, regional: bool) -> BlockPlan | None:
+    if golden not in GOLDEN_CHOICES:
+        raise TargetError(f"unknown golden mode {golden!r}; known: {', '.join(GOLDEN_CHOICES)}")
+    if not isinstance(prepared.model, torch.nn.Module):
+        if golden == "streamed" or blocks or regional:
+            raise TargetError("--golden streamed, --blocks and --regional need an nn.Module target")
+        return None
+    plan = make_plan(prepared.model, blocks) if golden != "whole" or regional else None
+    if plan is None and (golden == "streamed" or regional):
+        raise TargetError(f"{'--regional' if regional else '--golden streamed'} needs blocks, and "
+                          f"{prepared.name!r} has no nn.ModuleList of two or more children: name them with "
+                          "--blocks 'GLOB'")
+    return plan
 
 
 def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype | None = None,
               device: str = "cpu", train: bool = False, policy: Policy | None = None,
-              toggles: Sequence[str] = (), seed: int = 0) -> CheckReport:
+              toggles: Sequence[str] = (), seed: int = 0, golden: str = "auto", blocks: str | None = None,
+              regional: bool = False, golden_device: str | None = None, block_verdicts: bool = True) -> CheckReport:
     """Check `case` compiled with `backend` against eager and the golden. Raises TargetError on bad input
-    (exit 2) and CompileError when the backend fails (exit 3); otherwise returns a report with a verdict."""
+    (exit 2), CompileError when the backend fails and OutOfMemory (exit 3); otherwise returns a report.
+
+    `golden`: "auto" streams the golden block by block when the model has blocks (`blocks` is a glob of
+    module names; default: the children of the largest nn.ModuleList), else copies the whole model;
+    "streamed"/"whole" force one. `regional` compiles each block on its own (what LLM users do), which
+    makes compiled blocks observable per block. `golden_device` runs the golden elsewhere (the host).
+    """
     policy = policy or Policy()
     dev = resolve_device(device)
+    gdev = torch.device(golden_device or device)
+    if golden_device:
+        resolve_device(golden_device)
     run_dtype = resolve_dtype(dtype) if isinstance(dtype, str) or dtype is None else dtype
     be = resolve_backend(backend)
     prepared = prepare_case(case, run_dtype, device)
+    plan = _plan_for(prepared, golden, blocks, regional)
     timings: dict[str, float] = {}
+    mem = MemoryLog(torch.device(device))
+    measured = functools.partial(_measured, mem=mem, timings=timings, device=torch.device(device))
+    recorder = BlockRecorder(plan.blocks) if plan is not None and block_verdicts else None
 
-    t = time.perf_counter()
     torch.manual_seed(seed)
     phase(f"running {case.name!r} in eager mode")
-    try:
-        state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
-        rng_before = rng_states(device)
-        eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
-        drew = rng_changed(rng_before, rng_states(device))
-        eager2 = run_once(prepared.model, prepared, train=train, cotangents=eager.cotangents, state=state)
-    except TargetError:
-        raise
-    except Exception as exc:
-        raise TargetError(f"the target {case.name!r} fails in eager mode: {type(exc).__name__}: {exc}") from exc
+    with measured("eager"):
+        try:
+            state = state_snapshot(prepared)  # every run starts from this module state and fresh input copies
+            rng_before = rng_states(device)
+            with recorder or contextlib.nullcontext():
+                eager = run_once(prepared.model, prepared, train=train, seed=seed, state=state)
+            drew = rng_changed(rng_before, rng_states(device))
+            eager2 = run_once(prepared.model, prepared, train=train, cotangents=eager.cotangents, state=state,
+                              digests_only=True)
+        except TargetError:
+            raise
+        except Exception as exc:
+            if is_oom(exc):
+                raise
+            raise TargetError(f"the target {case.name!r} fails in eager mode: {type(exc).__name__}: {exc}") from exc
     if drew and _differing(eager, eager2):
         # a forward that reseeds itself (torch.manual_seed inside) also moves the RNG, but repeats itself
         raise TargetError(f"the target {case.name!r} draws random numbers in its forward or backward (the RNG "
@@ -158,75 +192,115 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                           "would draw different numbers, so no element-wise verdict is possible. Pass the noise "
                           "in as an input, or turn the random op off (dropout p=0)")
     cotangents = eager.cotangents
-    timings["eager"] = time.perf_counter() - t
 
-    t = time.perf_counter()
     torch._dynamo.reset()
     capture = GraphCapture(be.make())
-    compiled_fn = torch.compile(prepared.model, backend=capture)
+    if regional:
+        for _, block in plan.blocks:
+            block.compile(backend=capture)
+        compiled_fn = prepared.model
+    else:
+        compiled_fn = torch.compile(prepared.model, backend=capture)
     phase(f"compiling and running {case.name!r} with backend {be.name!r}")
-    with contextlib.ExitStack() as stack:
+    with measured("compiled"), contextlib.ExitStack() as stack:
         census = _toggle_contexts(toggles, be, stack)
         try:
             compiled = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
-            compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
-        except TargetError:
+            compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state,
+                                 digests_only=True)
+            if regional and recorder is not None:
+                replay_compiled(recorder, train)
+        except (TargetError, OutOfMemory):
             raise
         except Exception as exc:
+            if is_oom(exc):
+                raise
             raise CompileError(f"backend {be.name!r} failed on {case.name!r}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            for _, block in (plan.blocks if regional else ()):
+                block._compiled_call_impl = None  # the golden and the block replays run the eager blocks
     torch._dynamo.reset()
-    timings["compiled"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    phase(f"running the {dev.golden_dtype} golden of {case.name!r}")
-    restore_state(prepared, state)  # the golden copies the model as every run starts, not as the last left it
-    gcase = golden_case(prepared, dev.golden_dtype)
+    # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
+    mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
+    judge = RowJudge(eager.all(mutated), compiled.all(mutated), policy, exact=capture.movement_only,
+                     eager_noisy=_differing(eager, eager2, mutated),
+                     compiled_noisy=_differing(compiled, compiled2, mutated))
+    eager_keys, compiled_keys = list(eager.all(mutated)), set(compiled.all(mutated))
+    del eager, compiled
+    if judge.eager_noisy or judge.compiled_noisy:  # nondeterminism is rare: re-run in full only then
+        with measured("repeat"):
+            again = run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state)
+            judge.eager_again = {k: v for k, v in again.all(mutated).items() if k in judge.eager_noisy}
+            if judge.compiled_noisy:
+                again = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
+                judge.compiled_again = {k: v for k, v in again.all(mutated).items() if k in judge.compiled_noisy}
+            del again
+
+    mode = "streamed" if plan is not None and golden != "whole" and not any(
+        k.startswith("mutated.state.") for k in mutated) else "whole"
+    notes: list[str] = []
+    if plan is not None and golden != "whole" and mode == "whole":
+        notes.append("the model updates its own state in place: the golden is a whole-model fp64 copy, whose "
+                     "state is judged too")
+    phase(f"running the {dev.golden_dtype} golden of {case.name!r} ({mode})")
+    request = GoldenRequest(prepared, state, train, cotangents, dev.golden_dtype, gdev, mutated, plan)
     fallback = GoldenFallback(dev.golden_dtype)
-    try:
-        with fallback:
-            golden = run_once(gcase.model, gcase, train=train, cotangents=cast_tree(cotangents, dev.golden_dtype),
-                              state=state_snapshot(gcase))
-    except TargetError:
-        raise
-    except Exception as exc:
-        raise GoldenError(f"the {dev.golden_dtype} golden run of {case.name!r} failed where eager ran: "
-                          f"{type(exc).__name__}: {exc}") from exc
-    timings["golden"] = time.perf_counter() - t
+    with measured("golden"):
+        try:
+            with fallback:
+                GOLDEN_MODES[mode](request, judge.judge)
+        except (TargetError, OutOfMemory):
+            raise
+        except Exception as exc:
+            if is_oom(exc):
+                raise
+            raise GoldenError(f"the {dev.golden_dtype} golden run of {case.name!r} failed where eager ran "
+                              f"({mode} golden): {type(exc).__name__}: {exc}") from exc
+    golden_mode = f"streamed ({plan.describe()})" if mode == "streamed" else "whole"
 
-    notes = fallback.notes()
+    block_rows: list[BlockVerdict] = []
+    if recorder is not None and recorder.calls:
+        phase(f"judging each block of {case.name!r} on eager's input to it")
+        with measured("blocks"), fallback:
+            block_rows = judge_blocks(recorder, dev.golden_dtype, gdev, policy)
+        del recorder
+        if not regional:
+            notes.append("per-block errors are eager's only: compiled blocks are observable per block with "
+                         "--regional (one compile per block); the verdict is end to end")
+
+    notes += fallback.notes()
     if dev.golden_dtype != torch.float64:
         notes.append(f"golden runs in {dev.golden_dtype} on {device}: the device has no fp64")
-    if eager.skipped:
-        notes.append(f"not compared: {', '.join(eager.skipped)} hold tensors but are neither tensors, pytree "
+    if eager2.skipped:
+        notes.append(f"not compared: {', '.join(eager2.skipped)} hold tensors but are neither tensors, pytree "
                      "containers nor dataclasses; return their tensors to have them judged")
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     elif len(capture.graphs) > 1:
-        notes.append(f"{len(capture.graphs)} graphs captured (graph breaks)")
+        notes.append(f"{len(capture.graphs)} graphs captured (graph breaks"
+                     f"{'; one per block with --regional' if regional else ''})")
     exact = capture.movement_only
     if exact:
         notes.append("every captured graph is pure data movement: forward outputs must be bitwise equal to eager")
-
-    # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
-    mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
     if mutated:
         notes.append(f"the model mutates {', '.join(k.removeprefix('mutated.') for k in mutated)}: "
                      "the values after the call are judged too")
-    t = time.perf_counter()
+
     phase(f"comparing the outputs of {case.name!r}")
-    noisy = _differing(eager, eager2, mutated)
-    runs = {k: r.all(mutated) for k, r in (("eager", eager), ("eager2", eager2), ("compiled", compiled),
-                                            ("compiled2", compiled2), ("golden", golden))}
-    rows = [_judge_row(name, runs, policy, exact, name in noisy) for name in runs["eager"]]
-    for name in compiled.all().keys() - eager.all().keys():
+    with measured("compare"):
+        for name in list(judge.eager):  # results the golden did not produce are judged without it
+            judge.judge(name, None)
+    rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
+    for name in sorted(compiled_keys - set(eager_keys)):
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))
-    timings["compare"] = time.perf_counter() - t
     notes.extend(r.describe() for r in policy.relaxations)
 
-    own = next((v.dtype for v in eager.outputs.values() if v.is_floating_point()), None)
+    own = next((r.dtype for r in rows if r.name.startswith("output") and r.dtype.startswith(("float", "bfloat"))), None)
     shown = str(run_dtype) if run_dtype else f"{own or 'none'} (the model's own)"
     return CheckReport(case.name, be.name, shown.replace("torch.", ""), device, train,
                        seed, policy, rows, capture.graphs, notes, tuple(toggles), census,
-                       eager_repeatable=not noisy,
+                       eager_repeatable=not judge.eager_noisy,
                        compiled_repeatable=all(r.verdict.code != "nondeterministic_compiled" for r in rows),
-                       movement_only=exact, seconds=timings)
+                       movement_only=exact, seconds=timings, golden_mode=golden_mode, regional=regional,
+                       blocks=block_rows, memory=mem.to_dict())

@@ -1,0 +1,96 @@
+"""Peak memory per phase of a check, and out-of-memory errors turned into one actionable line.
+
+On CUDA the allocator's peak (reset between phases) is exact. On the host, the resident-set high-water mark
+(VmHWM) is the honest figure; Linux lets a process reset it (write 5 to /proc/self/clear_refs), so it is
+per phase there too.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+class OutOfMemory(RuntimeError):
+    """A phase ran out of memory (exit code 3, one line: the phase, what it needed and had, what helps)."""
+
+
+def _host_peak() -> int | None:
+    try:
+        m = re.search(r"VmHWM:\s+(\d+) kB", _STATUS.read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
+
+
+def _reset_host_peak() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class MemoryLog:
+    """Peak bytes per phase: on the run's device, and host resident memory."""
+
+    device: torch.device
+    peaks: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        host_resettable = _reset_host_peak()
+        yield
+        entry: dict[str, int] = {}
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            entry["device_peak_bytes"] = torch.cuda.max_memory_allocated(self.device)
+        peak = _host_peak()
+        if peak is not None:
+            entry["host_peak_rss_bytes" if host_resettable else "host_peak_rss_bytes_since_start"] = peak
+        self.peaks[name] = entry
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return dict(self.peaks)
+
+
+def gib(n: float) -> str:
+    return f"{n / 2 ** 30:.2f} GiB"
+
+
+_HELP = {
+    "golden": "--golden-device cpu runs the fp64 golden on the host; --blocks names smaller blocks",
+    "eager": "a shorter sequence or smaller batch in the target",
+    "compiled": "--regional compiles one block at a time; a shorter sequence or smaller batch",
+    "blocks": "--no-block-verdicts skips the per-block replay",
+}
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "out of memory" in str(exc))
+
+
+def oom_message(phase: str, exc: BaseException, device: torch.device) -> str:
+    """One line: the phase, what it tried to allocate and what the device had, and what would help."""
+    text = str(exc)
+    need = re.search(r"(?:Tried to allocate|tried to allocate) ([\d.]+ \w+)", text)
+    had = ""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        had = f"; the device had {gib(free)} free of {gib(total)}"
+    needed = f"needed {need.group(1)} more" if need else "ran out of memory"
+    return f"out of memory in the {phase} phase: {needed}{had}; try {_HELP.get(phase, 'a smaller target')}"

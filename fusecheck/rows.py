@@ -1,0 +1,80 @@
+"""One row per output and gradient: compiled against eager and the golden, with the repeat runs' findings.
+
+The golden of a row may arrive late (a streamed golden hands each parameter gradient over during its
+backward pass), so a row is judged the moment its golden exists, and the eager and compiled tensors it
+needed are released right after.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
+from fusecheck.compare.metrics import bitwise_equal
+from fusecheck.policy import Policy
+
+EXACT_REASON = "the captured graphs are pure data movement, which must be bitwise equal"
+
+
+def _worst(a: Metrics, b: Metrics) -> Metrics:
+    """Per-metric worst of two eager-vs-golden measurements (cosine: the smaller)."""
+    return Metrics({k: (min if k == "cosine" else max)(a.values[k], b.values[k]) for k in a.values})
+
+
+@dataclass
+class RowJudge:
+    """`eager`/`compiled`: first runs' results by name. `eager_noisy`/`compiled_noisy`: names whose repeat
+    run's digest differed; `eager_again`/`compiled_again`: a full re-run of those names, when one was made."""
+
+    eager: dict[str, torch.Tensor]
+    compiled: dict[str, torch.Tensor]
+    policy: Policy
+    exact: bool = False
+    eager_noisy: set[str] = field(default_factory=set)
+    compiled_noisy: set[str] = field(default_factory=set)
+    eager_again: dict[str, torch.Tensor] = field(default_factory=dict)
+    compiled_again: dict[str, torch.Tensor] = field(default_factory=dict)
+    rows: dict[str, Comparison] = field(default_factory=dict)
+
+    def judge(self, name: str, golden: torch.Tensor | None) -> None:
+        e1, c1 = self.eager.pop(name, None), self.compiled.pop(name, None)
+        if e1 is None:
+            return  # not a result of eager: nothing to judge it against
+        self.rows[name] = self._row(name, e1, c1, golden)
+
+    def _row(self, name: str, e1: torch.Tensor, c1: torch.Tensor | None, g: torch.Tensor | None) -> Comparison:
+        if c1 is None:
+            return input_error(name, "structure_mismatch", f"compiled produced no {name} (eager did)", e1)
+        if not (e1.is_floating_point() or e1.is_complex()):
+            g = None  # integers and bools are compared exactly against eager
+        if g is not None and g.device != e1.device:
+            g = g.to(e1.device)
+        noisy = name in self.eager_noisy
+        ref_g = None
+        e2 = self.eager_again.get(name)
+        if noisy and g is not None and e2 is not None and e1.shape == g.shape:
+            both = compare(e2, e1, g, policy=self.policy, name=name)
+            if both.vs_golden is not None:
+                ref_g = _worst(both.vs_golden, both.reference_vs_golden)
+        # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
+        exact = self.exact and name.startswith("output")
+        row = compare(c1, e1, g, policy=self.policy, exact=exact, name=name, reference_vs_golden=ref_g,
+                      exact_reason=EXACT_REASON)
+        if noisy:
+            row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
+        if row.vs_reference is not None and name in self.compiled_noisy:
+            msg = f"compiled output changed between two runs with the same inputs ({self._changed(c1, name)})"
+            if noisy:
+                row.notes.append(msg + "; eager is nondeterministic too")
+            else:
+                row.verdict = Verdict(Status.FAIL, "nondeterministic_compiled", msg + "; eager is repeatable")
+        return row
+
+    def _changed(self, c1: torch.Tensor, name: str) -> str:
+        c2 = self.compiled_again.get(name)
+        if isinstance(c2, torch.Tensor) and c2.shape == c1.shape and c2.dtype == c1.dtype:
+            n = c1.numel() - bitwise_equal(c1, c2)
+            if n:
+                return f"{n} elements"
+        return "its bit digest differed"

@@ -1,0 +1,101 @@
+"""Which submodules are blocks, and how the rest of the model is split into pieces for streaming.
+
+Blocks are the children of the model's largest `nn.ModuleList` (the layer stack of every transformers and
+timm model), or the modules a user names with a glob (`--blocks 'model.layers.*'`). Everything outside the
+blocks is split into *units*: the largest subtrees that contain no block (embeddings, final norm, lm_head,
+rotary tables), each upcast on its own. Modules *above* the blocks that own tensors directly (a ViT's
+cls_token on the root) cannot be entered separately, so their own tensors are upcast for the whole run.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import torch
+
+from fusecheck.case import TargetError
+
+
+@dataclass
+class BlockPlan:
+    blocks: list[tuple[str, torch.nn.Module]]   # in model order
+    units: list[tuple[str, torch.nn.Module]]    # block-free subtrees outside the blocks
+    resident: list[tuple[str, torch.nn.Module]]  # ancestors of blocks that own tensors directly
+    source: str                                  # how the blocks were found, for the report
+
+    @property
+    def pieces(self) -> list[tuple[str, torch.nn.Module]]:
+        return self.blocks + self.units
+
+    def describe(self) -> str:
+        return f"{len(self.blocks)} blocks ({self.source}) and {len(self.units)} other pieces"
+
+
+def _numel(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _owns_tensors(module: torch.nn.Module) -> bool:
+    return any(t is not None for t in (*module._parameters.values(), *module._buffers.values()))
+
+
+def _largest_module_list(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
+    lists = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 2]
+    return max(lists, key=lambda nm: _numel(nm[1]), default=None)
+
+
+def _matching(model: torch.nn.Module, pattern: str) -> list[tuple[str, torch.nn.Module]]:
+    """Modules whose qualified name matches `pattern`, outermost only (a match inside a match is not a block)."""
+    found: list[tuple[str, torch.nn.Module]] = []
+    for name, module in model.named_modules():
+        if name and fnmatch.fnmatchcase(name, pattern) and not any(name.startswith(f + ".") for f, _ in found):
+            found.append((name, module))
+    return found
+
+
+def find_blocks(model: torch.nn.Module, pattern: str | None = None) -> tuple[list[tuple[str, torch.nn.Module]], str]:
+    if pattern:
+        blocks = _matching(model, pattern)
+        if not blocks:
+            biggest = sorted(((n, _numel(m)) for n, m in model.named_modules() if n), key=lambda x: -x[1])[:5]
+            raise TargetError(f"--blocks {pattern!r} matches no submodule; the largest are: "
+                              + ", ".join(n for n, _ in biggest))
+        return blocks, f"--blocks {pattern!r}"
+    found = _largest_module_list(model)
+    if found is None:
+        return [], "no nn.ModuleList with two or more children"
+    name, mlist = found
+    return [(f"{name}.{i}" if name else str(i), m) for i, m in enumerate(mlist)], f"children of {name or 'the root'!r}"
+
+
+def make_plan(model: torch.nn.Module, pattern: str | None = None) -> BlockPlan | None:
+    """The streaming plan, or None when the model has no blocks (then the whole-model golden is used)."""
+    blocks, source = find_blocks(model, pattern)
+    if not blocks:
+        return None
+    block_ids = {id(m) for _, m in blocks}
+    holds_block: dict[int, bool] = {}
+
+    def contains_block(module: torch.nn.Module) -> bool:
+        key = id(module)
+        if key not in holds_block:
+            holds_block[key] = key in block_ids or any(contains_block(c) for c in module.children())
+        return holds_block[key]
+
+    units: list[tuple[str, torch.nn.Module]] = []
+    resident: list[tuple[str, torch.nn.Module]] = []
+
+    def walk(prefix: str, module: torch.nn.Module) -> None:
+        if id(module) in block_ids:
+            return
+        if not contains_block(module):
+            if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+                units.append((prefix, module))
+            return
+        if _owns_tensors(module):
+            resident.append((prefix, module))
+        for child_name, child in module.named_children():
+            walk(f"{prefix}.{child_name}" if prefix else child_name, child)
+
+    walk("", model)
+    return BlockPlan(blocks, units, resident, source)
