@@ -36,6 +36,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", default=None, help="write JUnit XML (one testcase per output)")
     p.add_argument("--baseline", default=None,
                    help="report JSON of known failures: only new failures fail the gate")
+    add_scale_arguments(p)
+
+
+def add_scale_arguments(p: argparse.ArgumentParser) -> None:
+    """How a large model is checked: the streamed golden, its blocks, regional compilation, where fp64 runs."""
+    p.add_argument("--golden", choices=["auto", "streamed", "whole"], default="auto",
+                   help="auto (default): stream the fp64 golden block by block when the model has blocks, "
+                        "else copy the whole model; streamed/whole force one")
+    p.add_argument("--blocks", default=None, metavar="GLOB",
+                   help="the model's blocks, as a glob of module names (e.g. 'model.layers.*'); "
+                        "default: the children of its largest nn.ModuleList")
+    p.add_argument("--regional", action="store_true",
+                   help="compile each block on its own (regional compilation): per-block verdicts then judge "
+                        "compiled blocks too")
+    p.add_argument("--golden-device", default=None, metavar="DEVICE",
+                   help="run the fp64 golden there (e.g. cpu) when one fp64 block does not fit the device")
+    p.add_argument("--no-block-verdicts", dest="block_verdicts", action="store_false",
+                   help="skip replaying each block on eager's input to it")
 
 
 def _error_reports(args: argparse.Namespace, case: str) -> Callable[[str, int], None]:
@@ -63,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
             case = load_target(args.target, seed=args.seed)
             toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
             report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
-                               policy=policy, toggles=toggles, seed=args.seed)
+                               policy=policy, toggles=toggles, seed=args.seed, golden=args.golden,
+                               blocks=args.blocks, regional=args.regional, golden_device=args.golden_device,
+                               block_verdicts=args.block_verdicts)
     except Exception as exc:
         error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, USAGE_ERRORS) else 3)
         raise

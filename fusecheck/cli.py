@@ -66,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except Exception as exc:  # compile errors and other tool failures: never a verdict, never exit 1
         from fusecheck.golden_fallback import GoldenError
+        from fusecheck.memory import OutOfMemory
         from fusecheck.run import CompileError
+        if isinstance(exc, OutOfMemory):
+            print(f"fusecheck: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         if not isinstance(exc, (CompileError, GoldenError)):
             traceback.print_exc()
         print(f"fusecheck: error: {type(exc).__name__}: {exc}", file=sys.stderr)

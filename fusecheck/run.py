@@ -21,7 +21,7 @@ from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Status, input_error
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.digest import digest
-from fusecheck.execute import RunResult, rng_changed, rng_states, run_once, state_snapshot
+from fusecheck.execute import RunResult, module_tensors, rng_changed, rng_states, run_once, state_snapshot
 from fusecheck.golden import prepare_case
 from fusecheck.golden_fallback import GoldenError, GoldenFallback
 from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
@@ -61,6 +61,7 @@ class CheckReport:
     regional: bool = False
     blocks: list[BlockVerdict] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
+    model_bytes: int = 0           # parameters and buffers in the run dtype: the yardstick for `memory`
 
     @property
     def first_worse_block(self) -> str | None:
@@ -91,7 +92,7 @@ class CheckReport:
             "census": self.census.to_dict() if self.census is not None and hasattr(self.census, "to_dict") else None,
             "seconds": self.seconds, "golden_mode": self.golden_mode, "regional": self.regional,
             "blocks": [b.to_dict() for b in self.blocks], "first_worse_block": self.first_worse_block,
-            "memory": self.memory,
+            "memory": self.memory, "model_bytes": self.model_bytes,
         }
 
 
@@ -110,6 +111,11 @@ def _differing(first: RunResult, again: RunResult, extra: tuple[str, ...] = ()) 
 
 
 GOLDEN_CHOICES = ("auto", "streamed", "whole")
+
+
+def _bytes(model) -> int:
+    """Parameters and buffers, each shared tensor once."""
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in module_tensors(model).values()}.values())
 
 
 @contextlib.contextmanager
@@ -303,4 +309,5 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                        eager_repeatable=not judge.eager_noisy,
                        compiled_repeatable=all(r.verdict.code != "nondeterministic_compiled" for r in rows),
                        movement_only=exact, seconds=timings, golden_mode=golden_mode, regional=regional,
-                       blocks=block_rows, memory=mem.to_dict())
+                       blocks=block_rows, memory=mem.to_dict(),
+                       model_bytes=_bytes(prepared.model))

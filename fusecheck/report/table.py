@@ -35,6 +35,30 @@ def format_rows(rows: list[Comparison]) -> str:
     return tabulate([row_cells(r) for r in rows], headers=HEADERS, tablefmt="simple")
 
 
+def format_blocks(report) -> list[str]:
+    """Per-block errors on eager's own input to each block, and the first block compiled made worse."""
+    if not report.blocks:
+        return []
+    rows = [[d["name"], _g(d["eager_rmse"]), _g(d["compiled_rmse"]), _g(d["ratio"]), d["verdict"] or "-"]
+            for d in (b.to_dict() for b in report.blocks)]
+    first = report.first_worse_block
+    head = ("per block (each on eager's input to it; diagnostic, the verdict is end to end): "
+            + (f"first block worse than eager: {first}" if first else
+               "no block worse than eager" if report.regional else "compiled blocks need --regional"))
+    return ["", head, tabulate(rows, headers=["block", "eager rmse", "compiled rmse", "ratio", "verdict"])]
+
+
+def format_memory(report) -> str:
+    parts = []
+    for phase, entry in report.memory.items():
+        value = entry.get("device_peak_bytes", entry.get("host_peak_rss_bytes"))
+        if value is not None:
+            parts.append(f"{phase} {value / 2 ** 30:.2f}")
+    where = "device" if any("device_peak_bytes" in e for e in report.memory.values()) else "host RSS"
+    size = f"; the model is {report.model_bytes / 2 ** 30:.2f}" if report.model_bytes else ""
+    return f"peak memory ({where}, GiB): " + ", ".join(parts) + size if parts else ""
+
+
 def format_report(report) -> str:
     lines = [f"fusecheck check: {report.case}  backend={report.backend}  dtype={report.dtype}  device={report.device}"
              f"  train={report.train}  seed={report.seed}" + (f"  toggles={','.join(report.toggles)}" if report.toggles else ""),
@@ -53,6 +77,7 @@ def format_report(report) -> str:
     g = [[x.index, x.n_nodes, "yes" if x.movement_only else "no",
           ", ".join(f"{k}×{v}" for k, v in sorted(x.op_counts.items(), key=lambda kv: -kv[1])[:6])]
          for x in report.graphs]
+    lines += format_blocks(report)
     lines += ["", "captured graphs:", tabulate(g, headers=["graph", "ops", "movement only", "top ops"])]
     census = report.census
     if census is not None and hasattr(census, "n_kernels"):
@@ -61,6 +86,10 @@ def format_report(report) -> str:
     lines.append(f"policy ({tol['source']}): " + ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}"
                                                          for k, v in tol["tolerances"].items())
                  + "; ints/bools exact; ratios " + ", ".join(f"{k} {v:g}" for k, v in tol["ratios"].items()))
+    lines.append(f"golden: {report.golden_mode}" + (", blocks compiled one by one (--regional)" if report.regional else ""))
+    memory = format_memory(report)
+    if memory:
+        lines.append(memory)
     lines += [f"note: {n}" for n in report.notes]
     lines.append(f"verdict: {report.status} (exit {report.exit_code})")
     return "\n".join(lines)
