@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.cli import usage_errors
     from fusecheck.case import load_target
     from fusecheck.policy import Policy
+    from fusecheck.progress import quiet_compiler_logs
     from fusecheck.report.baseline import diff_against, load_baseline
     from fusecheck.report.json_report import write_json
     from fusecheck.report.junit import write_junit
@@ -121,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
             phase(f"loading the target {args.target or '(built-in transformer block)'}")
             case = load_target(args.target, seed=args.seed)
             toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
-            report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
-                               policy=policy, toggles=toggles, seed=args.seed)
+            with quiet_compiler_logs(not args.verbose):
+                report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
+                                   train=args.train, policy=policy, toggles=toggles, seed=args.seed)
     except KeyboardInterrupt:
         error_reports("interrupted (Ctrl-C)", 130)
         raise

@@ -11,11 +11,12 @@ so logs stay clean; `--quiet` turns it off on a terminal too.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Iterator, TextIO
 
 from fusecheck import watchdog
 
@@ -143,3 +144,22 @@ def step(index: int, total: int, label: str = "") -> None:
     """Set the count of the active display, if any (dist repeats, matrix rows, bisect probes)."""
     if _active:
         _active[-1].step(index, total, label)
+
+
+@contextlib.contextmanager
+def quiet_compiler_logs(quiet: bool = True) -> Iterator[None]:
+    """Inductor prints every max-autotune benchmark table to stderr (dozens of lines per matmul on a GPU);
+    a matrix or a check has its own report, so those tables are off unless --verbose."""
+    module = sys.modules.get("torch._inductor.select_algorithm")
+    if module is None and quiet:
+        import importlib
+        try:
+            module = importlib.import_module("torch._inductor.select_algorithm")
+        except ImportError:  # pragma: no cover - a torch without Inductor
+            module = None
+    if not quiet or module is None or not hasattr(module, "PRINT_AUTOTUNE"):
+        yield
+        return
+    from unittest import mock
+    with mock.patch.object(module, "PRINT_AUTOTUNE", False):
+        yield
