@@ -90,7 +90,8 @@ def format_rows(rows: list, verbose: bool = False) -> str:
     body = [row_cells(r, verbose) for r in rows]
     headers = VERBOSE if verbose else COMPACT
     if body and not verbose:  # fit WIDTH: the output name gives way, never the numbers
-        others = sum(max(len(h), *(len(b[i]) for b in body)) + 2 for i, h in enumerate(headers) if i)
+        # tabulate's "simple": a column is as wide as its widest cell or its header + 2, then 2 spaces
+        others = sum(max(len(h) + 2, *(len(b[i]) for b in body)) + 2 for i, h in enumerate(headers) if i)
         limit = max(16, WIDTH - others)
         for b in body:
             b[0] = _shorten(b[0], limit)
