@@ -120,8 +120,11 @@ def run_command(module, args: argparse.Namespace) -> int:
     command = getattr(args, "command", None) or "dist"
     try:
         prepare_outputs(args)
-        with Watchdog(args.time_limit, command), Progress(command, quiet=getattr(args, "quiet", False)):
-            return module.run(args)
+        with Progress(command, quiet=getattr(args, "quiet", False)) as progress:
+            progress.set("loading torch")
+            import torch  # noqa: F401  (start-up, before the time limit starts: it bounds the work, as before)
+            with Watchdog(args.time_limit, command):
+                return module.run(args)
     except KeyboardInterrupt:
         _stop_children()
         print(f"\nfusecheck: interrupted; `fusecheck {command}` stopped, no verdict", file=sys.stderr)
