@@ -41,7 +41,6 @@ details{margin-top:12px}pre{white-space:pre-wrap;font-size:12px;background:#fff;
 svg text{font:11px system-ui,sans-serif;fill:#5b6473}
 """
 
-VERDICT_PHRASES_MODULE = "fusecheck.report.table"
 
 
 def _e(x: Any) -> str:
