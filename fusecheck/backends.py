@@ -33,7 +33,14 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
-def resolve_backend(spec: str) -> Backend:
+def resolve_backend(spec: str | Callable[..., Any]) -> Backend:
+    """A registered name, `FILE.py:NAME`, or a dynamo backend function itself (the pytest fixture's users
+    pass one: `backend=my_backend`)."""
+    if callable(spec) and not isinstance(spec, str):
+        fn = spec
+        return Backend(getattr(fn, "__name__", type(fn).__name__), "user backend (a callable)", lambda: fn)
+    if not isinstance(spec, str):
+        raise TargetError(f"backend {spec!r} is neither a name, FILE.py:NAME nor a callable dynamo backend")
     if spec in BACKENDS:
         return BACKENDS[spec]
     if ":" in spec:

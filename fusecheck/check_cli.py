@@ -1,41 +1,73 @@
-"""`fusecheck check`: the core check of one target, as table, JSON and JUnit, gated by exit code."""
+"""`fusecheck check`: the core check of one target, as table, JSON, JUnit and HTML, gated by exit code.
+
+Nothing heavy is imported at the top: `fusecheck check -h` must not load torch.
+"""
 from __future__ import annotations
 
 import argparse
+import re
+import time
 from pathlib import Path
 from typing import Callable
 
-from fusecheck.case import load_target
-from fusecheck.policy import Policy
-from fusecheck.report.baseline import diff_against, load_baseline
-from fusecheck.report.json_report import write_json
-from fusecheck.report.junit import write_junit, write_junit_error
-from fusecheck.report.table import format_report
-from fusecheck.run import run_check
-from fusecheck.watchdog import on_timeout
+# One dtype vocabulary for every command; the long spellings are accepted and mapped to these.
+DTYPE_CHOICES = ("fp32", "bf16", "fp16")
+DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float64": "fp64"}
+
+
+def dtype_name(text: str) -> str:
+    return DTYPE_ALIASES.get(text, text)
+
+
+def add_dtype_argument(p: argparse.ArgumentParser, choices: tuple[str, ...] = DTYPE_CHOICES,
+                       default: str | None = None, help: str = "cast the model and its floating inputs to this dtype"
+                       ) -> None:
+    p.add_argument("--dtype", type=dtype_name, choices=choices, default=default, help=help)
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments every model-level subcommand (check, matrix, bisect) shares."""
     p.add_argument("target", nargs="?", default=None,
-                   help="FILE.py:NAME returning a Case or (model, inputs); default: built-in transformer block")
-    p.add_argument("--backend", default="inductor", help="inductor (default), aot_eager, eager, or FILE.py:NAME")
-    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default=None, help="cast model and floating inputs")
-    p.add_argument("--device", default="cpu", help="cpu, cuda (npu through torch_npu)")
-    p.add_argument("--seed", type=int, default=0, help="seed for model weights, inputs and cotangents")
+                   help="FILE.py:NAME, where NAME() returns a fusecheck Case or (model, inputs) "
+                        "(default: a built-in transformer block)")
+    p.add_argument("--backend", default="inductor",
+                   help="inductor, aot_eager, aot_eager_decomp_partition, eager, or your own dynamo backend as "
+                        "FILE.py:NAME")
+    add_dtype_argument(p)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, npu (with torch_npu) or mps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, inputs and cotangents")
     p.add_argument("--train", action="store_true",
-                   help="also compare gradients of parameters and inputs (the model stays in eval() mode: no dropout)")
-    p.add_argument("--policy", default=None, help="policy file (TOML/JSON); default: [tool.fusecheck] in pyproject.toml")
-    p.add_argument("--json", dest="json_path", default=None, help="write the full report as JSON")
+                   help="also compare the gradients of parameters and inputs (the model stays in eval mode)")
+    p.add_argument("--policy", default=None,
+                   help="tolerance policy file, TOML or JSON (default: [tool.fusecheck] of pyproject.toml)")
+    p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="write the full report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print the policy, every note and every column of the table")
+
+
+def add_html_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="write a self-contained HTML report (charts, no network needed)")
+
+
+class _Renamed(argparse.Action):
+    """--disable applied the toggle it named (`--disable emulate_precision_casts` turned emulation on)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was renamed --toggle: a toggle applies the change its name says "
+                     "(`fusecheck toggles` lists them)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(p)
-    p.add_argument("--disable", "--toggle", dest="toggles", default="",
-                   help="comma-separated fusion toggles to apply (see `fusecheck toggles`)")
-    p.add_argument("--junit", default=None, help="write JUnit XML (one testcase per output)")
-    p.add_argument("--baseline", default=None,
-                   help="report JSON of known failures: only new failures fail the gate")
+    p.add_argument("--toggle", "--toggles", dest="toggles", default="", metavar="NAME[,NAME]",
+                   help="apply these fusion toggles, comma-separated; each does what its name says "
+                        "(see `fusecheck toggles`)")
+    p.add_argument("--disable", action=_Renamed, help=argparse.SUPPRESS)
+    p.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML (one testcase per output)")
+    add_html_argument(p)
+    p.add_argument("--baseline", default=None, metavar="FILE",
+                   help="a report JSON of known failures: only new failures fail the gate")
     add_scale_arguments(p)
 
 
@@ -56,47 +88,83 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip replaying each block on eager's input to it")
 
 
-def _error_reports(args: argparse.Namespace, case: str) -> Callable[[str, int], None]:
-    """Writers of --json/--junit for a run that ends without a verdict, so CI finds a report either way
-    (never over the baseline itself: it would lose the known failures)."""
+def target_id(target: str | None) -> str:
+    """A name for the target that does not depend on how the run ended: `models/mlp.py:build` -> `mlp.build`.
+    JUnit suite names use it so that CI history follows one target across pass, fail, error and timeout."""
+    if not target:
+        return "default"
+    where, _, attr = target.rpartition(":")
+    stem = Path(where).stem if where.endswith(".py") else where
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{stem}.{attr}" if where else target).strip("_") or "target"
+
+
+def _error_reports(args: argparse.Namespace, started: float) -> Callable[[str, int], None]:
+    """Writers of --json/--junit/--html for a run that ends without a verdict, so CI finds a report either
+    way (never over the baseline itself: it would lose the known failures)."""
     same_as_baseline = bool(args.json_path and args.baseline
                             and Path(args.json_path).resolve() == Path(args.baseline).resolve())
 
     def write(message: str, exit_code: int) -> None:
+        from fusecheck.report.json_report import write_json
+        from fusecheck.report.junit import write_junit_error
+        data = {"case": args.target or "default", "status": "ERROR", "exit_code": exit_code, "error": message}
         if args.json_path and not same_as_baseline:
-            write_json({"case": case, "status": "ERROR", "exit_code": exit_code, "error": message}, args.json_path)
+            write_json(data, args.json_path)
         if args.junit:
-            write_junit_error(case, message, args.junit)
+            write_junit_error(target_id(args.target), message, args.junit, seconds=time.monotonic() - started)
+        if args.html:
+            from fusecheck.report.html import write_html
+            write_html("check", data, args.html)
     return write
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusecheck.cli import USAGE_ERRORS
+    from fusecheck.watchdog import on_timeout, phase
+    started = time.monotonic()
+    phase("loading torch and the target")
+    from fusecheck.cli import usage_errors
+    from fusecheck.case import load_target
+    from fusecheck.policy import Policy
+    from fusecheck.progress import quiet_compiler_logs
+    from fusecheck.report.baseline import diff_against, load_baseline
+    from fusecheck.report.json_report import write_json
+    from fusecheck.report.junit import write_junit
+    from fusecheck.report.table import format_report
+    from fusecheck.run import run_check
 
-    error_reports = _error_reports(args, args.target or "default")
+    error_reports = _error_reports(args, started)
     try:
         with on_timeout(lambda message: error_reports(message, 3)):
             policy = Policy.load(args.policy)
             baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
+            phase(f"loading the target {args.target or '(built-in transformer block)'}")
             case = load_target(args.target, seed=args.seed)
             toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
-            report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device, train=args.train,
-                               policy=policy, toggles=toggles, seed=args.seed, golden=args.golden,
-                               blocks=args.blocks, regional=args.regional, golden_device=args.golden_device,
-                               block_verdicts=args.block_verdicts)
+            with quiet_compiler_logs(not args.verbose):
+                report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
+                                   train=args.train, policy=policy, toggles=toggles, seed=args.seed,
+                                   golden=args.golden, blocks=args.blocks, regional=args.regional,
+                                   golden_device=args.golden_device, block_verdicts=args.block_verdicts)
+    except KeyboardInterrupt:
+        error_reports("interrupted (Ctrl-C)", 130)
+        raise
     except Exception as exc:
-        error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, USAGE_ERRORS) else 3)
+        error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, usage_errors()) else 3)
         raise
     diff = diff_against(report, baseline) if baseline is not None else None
     gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)
-    print(format_report(report))
+    print(format_report(report, verbose=args.verbose))
     if diff is not None:
         print("\n".join(diff.lines()))
         print(f"gate with the baseline: {'PASS' if gate == 0 else 'FAIL'} (exit {gate})")
+    data = report.to_dict()
+    data["gate"] = {"exit_code": gate, "baseline": args.baseline, **(diff.to_dict() if diff else {})}
     if args.json_path:
-        data = report.to_dict()
-        data["gate"] = {"exit_code": gate, "baseline": args.baseline, **(diff.to_dict() if diff else {})}
         write_json(data, args.json_path)
     if args.junit:
-        write_junit(report, args.junit, known=diff.known_names if diff else frozenset())
+        write_junit(report, args.junit, known=diff.known_names if diff else frozenset(),
+                    suite=target_id(args.target), seconds=time.monotonic() - started)
+    if args.html:
+        from fusecheck.report.html import write_html
+        write_html("check", data, args.html)
     return gate

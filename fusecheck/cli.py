@@ -1,22 +1,25 @@
-"""The `fusecheck` command. Subcommands are a registry of (module, help); each module exposes
-`add_arguments(parser)` and `run(args) -> exit code`.
+"""The `fusecheck` command: parse, validate the output paths, run one subcommand under a time limit.
 
-Exit codes: 0 pass; 1 fail (compiled worse than eager, or a finding such as nondeterminism);
-2 bad usage or bad input (unknown target/toggle/backend, empty output, all-NaN golden, policy error);
-3 the tool or compiler broke (compile error, a rank that hung or crashed, --time-limit reached).
+Subcommands are a registry of (module, help); each module exposes `add_arguments(parser)` and
+`run(args) -> exit code`. Only the chosen subcommand's module is imported, and none imports torch at the
+top, so `fusecheck`, `fusecheck -h` and `fusecheck --version` answer without loading torch.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import multiprocessing
 import sys
 import traceback
 
-from fusecheck.case import TargetError
-from fusecheck.passes import ToggleError
-from fusecheck.policy import PolicyError
-from fusecheck.report.baseline import BaselineError
-from fusecheck.watchdog import Watchdog
+from fusecheck import __version__
+
+DESCRIPTION = ("Check that a fusion compiler (torch.compile with Inductor, or your own backend) does not make "
+               "a model's numbers worse than eager mode, both measured against a float64 golden run.")
+EPILOG = ("exit codes: 0 pass, 1 fail, 2 bad usage/input, 3 tool or compiler error, 130 interrupted.\n"
+          "start with:  fusecheck check            (a built-in transformer block)\n"
+          "             fusecheck check my_model.py:build --dtype bf16 --html report.html")
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("fusecheck.check_cli", "compare eager, compiled and golden on a target"),
@@ -26,45 +29,113 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dist": ("fusecheck.dist.cli", "layered validation of distributed fused comm+compute kernels"),
 }
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_TIME_LIMIT_S = 3600.0
 
 
-USAGE_ERRORS: tuple[type[BaseException], ...] = (TargetError, PolicyError, ToggleError, BaselineError)
+def usage_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the user's input is wrong (exit 2); imported lazily: they pull in torch."""
+    from fusecheck.case import TargetError
+    from fusecheck.outputs import OutputPathError
+    from fusecheck.passes import ToggleError
+    from fusecheck.policy import PolicyError
+    from fusecheck.report.baseline import BaselineError
+    return TargetError, PolicyError, ToggleError, BaselineError, OutputPathError
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
-    parser = argparse.ArgumentParser(prog="fusecheck", description=__doc__.split("\n\n")[0],
-                                     epilog="exit codes: 0 pass, 1 fail, 2 bad usage/input, 3 tool or compiler error")
-    sub = parser.add_subparsers(dest="command")
-    modules: dict[str, object] = {}
+def __getattr__(name: str):  # `from fusecheck.cli import USAGE_ERRORS` still works, lazily
+    if name == "USAGE_ERRORS":
+        return usage_errors()
+    raise AttributeError(name)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default unless the help already says it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text
+                or any(action.default is x for x in (None, False, argparse.SUPPRESS)) or action.default in ("", [])):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is one line (`fusecheck: error: ...`) and exit 2, as every other error of the tool."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"fusecheck: error: {message} (see `{self.prog} -h`)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def seconds(text: str) -> float:
+    """--time-limit: seconds >= 0; 0 and inf mean no limit. A negative or NaN limit is a usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0 (0 or inf: no limit)")
+    return value
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Options every command shares (also for `python -m fusecheck.dist`)."""
+    p.add_argument("--time-limit", type=seconds, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
+                   help="stop with exit 3 (naming what was running) after this many seconds; 0 or inf: no limit")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line on the terminal")
+
+
+def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, object | None]:
+    """The parser, with the arguments of `command` only (importing the other modules would cost seconds)."""
+    parser = Parser(prog="fusecheck", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fusecheck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    module = None
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        modules[name] = module
-        p = sub.add_parser(name, help=help_text)
-        module.add_arguments(p)
-        p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
-                       help=f"wall-clock bound on the whole command; on expiry exit 3 naming the phase "
-                            f"(default {DEFAULT_TIME_LIMIT_S:g}; 0 = none)")
-    return parser, modules
+        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+                           formatter_class=HelpFormatter)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            add_run_arguments(p)
+    return parser, module
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser, modules = build_parser()
-    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-        argv = ["check", *argv]
+def _stop_children() -> None:
+    for child in multiprocessing.active_children():
+        child.terminate()
+    for child in multiprocessing.active_children():
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+
+
+def run_command(module, args: argparse.Namespace) -> int:
+    """Validate the outputs, then run the subcommand with a time limit and progress; map errors to exit codes."""
+    from fusecheck.outputs import OutputPathError, prepare_outputs
+    from fusecheck.progress import Progress
+    from fusecheck.watchdog import Watchdog
+
+    command = getattr(args, "command", None) or "dist"
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
-    try:
-        with Watchdog(args.time_limit, args.command):
-            return modules[args.command].run(args)
-    except USAGE_ERRORS as exc:
+        prepare_outputs(args)
+        with Progress(command, quiet=getattr(args, "quiet", False)) as progress:
+            progress.set("loading torch")
+            import torch  # noqa: F401  (start-up, before the time limit starts: it bounds the work, as before)
+            with Watchdog(args.time_limit, command):
+                return module.run(args)
+    except KeyboardInterrupt:
+        _stop_children()
+        print(f"\nfusecheck: interrupted; `fusecheck {command}` stopped, no verdict", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OutputPathError as exc:
         print(f"fusecheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # compile errors and other tool failures: never a verdict, never exit 1
+        if isinstance(exc, usage_errors()):
+            print(f"fusecheck: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         from fusecheck.golden_fallback import GoldenError
         from fusecheck.memory import OutOfMemory
         from fusecheck.run import CompileError
@@ -75,6 +146,25 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"fusecheck: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        parser, module = build_parser(command if command in SUBCOMMANDS else None)
+        if not argv:  # bare `fusecheck`: say what it can do; running a 30 s check unasked helps no one
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        args = parser.parse_args(argv)
+        if args.command is None:  # options only, e.g. `fusecheck -q`
+            parser.error("name a command: " + ", ".join(SUBCOMMANDS))
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    except KeyboardInterrupt:  # while torch was being imported
+        print("\nfusecheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return run_command(module, args)
 
 
 if __name__ == "__main__":

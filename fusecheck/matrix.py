@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tabulate import tabulate
 
-from fusecheck.case import Case, TargetError
-from fusecheck.passes import TOGGLES, ToggleError, ToggleUnsupported, applicability, resolve
+if TYPE_CHECKING:  # torch is imported when a matrix runs, not for `fusecheck matrix -h`
+    from fusecheck.case import Case
 
 BASELINE = "baseline"
 ALL = "all"
@@ -163,6 +163,8 @@ def mark_most_moved(rows: list[MatrixRow]) -> None:
 
 def plan(toggles: Sequence[str] | None) -> list[str]:
     """Toggle names for the matrix: the requested ones (validated), or every toggle but reference-only ones."""
+    from fusecheck.passes import TOGGLES, resolve
+
     if toggles is None:
         return [n for n in TOGGLES if n not in REFERENCE_ONLY]
     names = [t.name for t in resolve(toggles) if t.name in toggles]
@@ -173,6 +175,8 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
                **run_check_kwargs: Any) -> MatrixReport:
     """Baseline, then one row per toggle (None = all applicable), optionally one with all of them."""
     from fusecheck.backends import resolve_backend
+    from fusecheck.case import TargetError
+    from fusecheck.passes import TOGGLES, ToggleError, ToggleUnsupported, applicability, resolve
     from fusecheck.run import CompileError, run_check
 
     explicit = toggles is not None
@@ -190,8 +194,11 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
                 raise
             unsupported[name] = f"unsupported: {exc}"
 
+    from fusecheck.progress import step
+
     report = MatrixReport(case.name)
     base = MatrixRow(BASELINE, ())
+    step(1, 1 + len(names), BASELINE)  # the total is known once applicability is (after the baseline)
     base.report = run_check(case, toggles=(), **run_check_kwargs)
     report.rows.append(base)
     graphs = [g.gm for g in base.report.graphs]
@@ -209,7 +216,8 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     if all_together and len([n for n in wanted if n not in REFERENCE_ONLY]) > 1:
         together = tuple(n for n in wanted if n not in REFERENCE_ONLY)
         rows.append(MatrixRow(ALL, together, reference=BASELINE))
-    for row in rows:
+    for i, row in enumerate(rows):
+        step(i + 2, len(rows) + 1, row.name)
         try:
             row.report = run_check(case, toggles=row.toggles, **run_check_kwargs)
         except (CompileError, ToggleError) as exc:
@@ -225,28 +233,40 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
 
 # -- CLI ---------------------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fusecheck.check_cli import add_common_arguments
+    from fusecheck.check_cli import add_common_arguments, add_html_argument
 
     add_common_arguments(p)
-    p.add_argument("--toggles", default=None,
-                   help="comma-separated toggles (default: every toggle that applies; see `fusecheck toggles`)")
+    p.add_argument("--toggles", "--toggle", dest="toggles", default=None, metavar="NAME[,NAME]",
+                   help="comma-separated toggles, one row each (default: every toggle that applies to the "
+                        "target; see `fusecheck toggles`)")
     p.add_argument("--all-together", action="store_true", help="add a row with all the toggles at once")
+    add_html_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from fusecheck.case import load_target
+    from fusecheck.passes import ToggleError
     from fusecheck.policy import Policy
     from fusecheck.report.json_report import write_json
 
     toggles = None if args.toggles is None else [t.strip() for t in args.toggles.split(",") if t.strip()]
     if toggles is not None and not toggles:
         raise ToggleError("--toggles is empty; leave it out for every applicable toggle")
+    from fusecheck.progress import quiet_compiler_logs
+    from fusecheck.watchdog import phase
+
+    phase(f"loading the target {args.target or '(built-in transformer block)'}")
     case = load_target(args.target, seed=args.seed)
-    report = run_matrix(case, toggles, all_together=args.all_together, backend=args.backend, dtype=args.dtype,
-                        device=args.device, train=args.train, policy=Policy.load(args.policy), seed=args.seed)
-    print(f"fusecheck matrix: {case.name}  backend={args.backend}  dtype={args.dtype}  device={args.device}"
-          f"  train={args.train}")
+    with quiet_compiler_logs(not args.verbose):
+        report = run_matrix(case, toggles, all_together=args.all_together, backend=args.backend, dtype=args.dtype,
+                            device=args.device, train=args.train, policy=Policy.load(args.policy), seed=args.seed)
+    print(f"fusecheck matrix: {case.name}  backend={args.backend}  dtype={args.dtype or 'the model’s own'}  "
+          f"device={args.device}  train={args.train}")
     print(report.table())
+    data = report.to_dict()
     if args.json_path:
-        write_json(report.to_dict(), args.json_path)
+        write_json(data, args.json_path)
+    if args.html:
+        from fusecheck.report.html import write_html
+        write_html("matrix", data, args.html)
     return report.exit_code

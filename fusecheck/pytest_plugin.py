@@ -1,20 +1,48 @@
 """pytest plugin (auto-registered): the `fusecheck` fixture runs the core check inside a user's tests.
 
     def test_my_kernel(fusecheck):
-        fusecheck.assert_not_worse(my_model_case(), dtype="bf16")
+        fusecheck.assert_not_worse(my_model_case(), dtype="bf16")            # backend="inductor" by default
+        fusecheck.assert_not_worse(my_model_case(), backend=my_dynamo_backend)  # a callable works too
 
-`--fusecheck-json DIR` keeps every report as JSON for CI artifacts.
+`--fusecheck-json DIR` keeps every report as JSON for CI artifacts. A usage mistake (unknown backend, bad
+target) fails the test with one line, not a traceback through fusecheck's internals; torch's structured
+trace log (empty DEBUG records) is kept out of the test's captured log.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
+# torch's structured trace logger emits DEBUG records with empty messages on every compile (for tlparse,
+# when TORCH_TRACE is set); pytest's capture handlers sit on it too and turn them into ~50 blank
+# "DEBUG torch.__trace" lines per failing test. Only torch's own handlers are kept on it during a check.
+NOISY_LOGGERS = ("torch.__trace",)
 
 
 def pytest_addoption(parser):
     parser.addoption("--fusecheck-json", default=None, help="directory to write fusecheck reports (JSON) into")
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    before = [list(lg.handlers) for lg in loggers]
+    for lg in loggers:
+        for h in list(lg.handlers):
+            if type(h).__module__.startswith("_pytest"):
+                lg.removeHandler(h)
+    try:
+        yield
+    finally:
+        for lg, handlers in zip(loggers, before):
+            for h in handlers:
+                if h not in lg.handlers and type(h).__module__.startswith("_pytest"):
+                    lg.addHandler(h)
 
 
 class FusecheckFixture:
@@ -25,14 +53,18 @@ class FusecheckFixture:
     def check(self, case, **kwargs):
         """Run `fusecheck.run.run_check` on a Case, a (model, inputs) tuple or a 'FILE.py:NAME' target."""
         from fusecheck.case import as_case, load_target
+        from fusecheck.cli import usage_errors
+        from fusecheck.policy import Policy
         from fusecheck.run import run_check
 
-        from fusecheck.policy import Policy
-
-        case = load_target(case, seed=kwargs.get("seed", 0)) if isinstance(case, str) else as_case(case)
-        # as the CLI does: [tool.fusecheck] of the nearest pyproject.toml (from the test's rootdir) by default
-        kwargs.setdefault("policy", Policy.load(search_from=self._request.config.rootpath))
-        report = run_check(case, **kwargs)
+        try:
+            case = load_target(case, seed=kwargs.get("seed", 0)) if isinstance(case, str) else as_case(case)
+            # as the CLI does: [tool.fusecheck] of the nearest pyproject.toml (from the test's rootdir) by default
+            kwargs.setdefault("policy", Policy.load(search_from=self._request.config.rootpath))
+            with _quiet_torch_logs():
+                report = run_check(case, **kwargs)
+        except usage_errors() as exc:
+            pytest.fail(f"fusecheck: error: {exc}", pytrace=False)
         self.reports.append(report)
         out_dir = self._request.config.getoption("--fusecheck-json")
         if out_dir:

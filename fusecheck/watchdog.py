@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 EXIT_TIMEOUT = 3
 _phase = "starting"
 _on_expire: list[Callable[[str], None]] = []
+_listeners: list[Callable[[str], None]] = []  # progress displays: told each new phase
 
 
 @contextlib.contextmanager
@@ -29,9 +30,21 @@ def on_timeout(fn: Callable[[str], None]) -> Iterator[None]:
 
 
 def phase(name: str) -> None:
-    """Record what the run is doing now, for the timeout message."""
+    """Record what the run is doing now, for the timeout message and any progress display listening."""
     global _phase
     _phase = name
+    for fn in list(_listeners):
+        fn(name)
+
+
+@contextlib.contextmanager
+def listening(fn: Callable[[str], None]) -> Iterator[None]:
+    """Call `fn(phase)` on every `phase()` inside this block (progress on stderr hangs off this)."""
+    _listeners.append(fn)
+    try:
+        yield
+    finally:
+        _listeners.remove(fn)
 
 
 class Watchdog:

@@ -22,7 +22,7 @@ def test_pass_writes_json_with_policy_and_graphs(tmp_path, capsys):
 def test_fail_exit_1_and_junit(tmp_path):
     junit = tmp_path / "r.xml"
     assert main(["check", "models/mlp.py:build", "--backend", PLANTED + "bf16_matmul", "--junit", str(junit)]) == 1
-    suite = ET.parse(junit).getroot()
+    suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == "1"
     assert suite.find("testcase/failure").get("message") == "worse_than_eager"
 
@@ -132,7 +132,7 @@ def test_baseline_reports_fixed_rows_and_agrees_with_json_and_junit(tmp_path, ca
                  "--junit", str(junit)) == 0  # --dtype fp32 on a float32 model is the same row
     assert "gate with the baseline: PASS (exit 0)" in capsys.readouterr().out
     assert json.loads(out.read_text())["gate"]["exit_code"] == 0
-    suite = ET.parse(junit).getroot()
+    suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == "0" and suite.get("skipped") == "1" and suite.find("testcase/skipped") is not None
     loose = tmp_path / "loose.toml"
     loose.write_text('[ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\nreason = "test: accepted upstream"\n')
@@ -155,7 +155,7 @@ def test_no_verdict_still_writes_json_and_junit(tmp_path):
     assert _gate(tmp_path, f"{broken}:backend", "--json", str(out), "--junit", str(junit)) == 3
     data = json.loads(out.read_text())
     assert data["status"] == "ERROR" and data["exit_code"] == 3 and "codegen exploded" in data["error"]
-    assert ET.parse(junit).getroot().find("testcase/error") is not None
+    assert ET.parse(junit).getroot().find("testsuite/testcase/error") is not None
 
 
 def test_junit_survives_control_characters(tmp_path):
@@ -166,7 +166,7 @@ def test_junit_survives_control_characters(tmp_path):
 
     report = run_check(Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),), "odd\x01name"), backend=PLANTED + "shift_outputs")
     write_junit(report, tmp_path / "x.xml")
-    assert ET.parse(tmp_path / "x.xml").getroot().get("name") == "fusecheck.odd?name"
+    assert ET.parse(tmp_path / "x.xml").getroot().find("testsuite").get("name") == "fusecheck.odd_name"
 
 
 def test_a_malformed_policy_is_bad_usage(tmp_path, capsys):

@@ -116,7 +116,7 @@ def test_cli_exit_codes(target, tmp_path, capsys):
     assert [r["name"] for r in json.loads(out.read_text())["rows"]] == ["baseline", "fusion.pointwise"]
     assert main(["matrix", target, "--toggles", "fusion.nope"]) == 2
     assert main(["matrix", target, "--backend", "aot_eager"]) == 2
-    assert main(["check", target, "--disable", "fusion.nope"]) == 2
+    assert main(["check", target, "--toggle", "fusion.nope"]) == 2
     assert "unknown toggle 'fusion.nope'" in capsys.readouterr().err
 
 
