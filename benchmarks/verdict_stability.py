@@ -57,10 +57,12 @@ def _flip_small(x: torch.Tensor, share: float) -> torch.Tensor:
 
 
 PLANTS = {  # name -> (transform(x, strength), strengths from weak to strong)
-    "round_bits": (_round_bits, [16, 10, 7, 4]),      # fewer mantissa bits: stronger (7 = bf16 in fp32)
-    "perturb": (_perturb, [1e-4, 1e-3, 1e-2, 5e-2]),
+    # fewer mantissa bits: stronger (7 = bf16 in fp32); around 20 bits the error reaches fp32 eager's own
+    "round_bits": (_round_bits, [22, 20, 18, 16, 7]),
+    "perturb": (_perturb, [1e-7, 1e-6, 3e-6, 1e-5, 1e-3]),
     "flip_small": (_flip_small, [1e-4, 1e-3, 1e-2]),
 }
+QUICK = {"round_bits": [20, 18], "perturb": [1e-6, 3e-6], "flip_small": [1e-3, 1e-2]}
 
 
 def plant(case, kind: str, strength: float):
@@ -96,7 +98,12 @@ def summarize(report) -> dict:
             if v > margins.get(c, 0.0):
                 margins[c], worst_row[c] = v, r.name
     ratios = [r.error_ratio for r in report.rows if r.error_ratio is not None]
+    # rows the golden checks judged (not passed by the tolerance shortcut, which torch.same shares)
+    judged = [r.error_ratio for r in report.rows if r.error_ratio is not None
+              and r.verdict.code not in ("within_tolerance", "bitwise_equal")]
     return {"status": report.status, "fails": [f"{r.name}: {r.verdict.message}" for r in report.rows if not r.passed],
+            "fail_codes": sorted({r.verdict.code for r in report.rows if not r.passed}),
+            "max_judged_rmse_ratio": max(judged, default=0.0),
             "rmse_only_fails": [r.name for r in report.rows if rmse_only_fails(r)],
             "margins": margins, "margin_rows": worst_row, "max_rmse_ratio": max(ratios, default=0.0),
             "rows": len(report.rows)}
@@ -133,7 +140,7 @@ def main(argv=None) -> int:
     p.add_argument("--part", default="both", choices=["stability", "power", "both"])
     p.add_argument("--plants", default=",".join(PLANTS))
     p.add_argument("--quick", action="store_true",
-                   help="stability: bf16 --train only; power: the two middle strengths (power is always fp32 --train)")
+                   help="stability: bf16 --train only; power: two strengths per plant (power is always fp32 --train)")
     p.add_argument("--json", help="write all results here")
     a = p.parse_args(argv)
     models = a.models.split(",")
@@ -163,7 +170,7 @@ def main(argv=None) -> int:
     if a.part in ("power", "both"):
         for kind in a.plants.split(","):
             strengths = PLANTS[kind][1]
-            strengths = strengths[1:3] if a.quick else strengths
+            strengths = QUICK[kind] if a.quick else strengths
             for model in models:
                 for strength in strengths:
                     for seed in seeds:
@@ -182,6 +189,8 @@ def main(argv=None) -> int:
 def summary(results: dict) -> dict:
     st = results["stability"]
     out = {"stability_runs": len(st), "verdict_fail_runs": sum(r["status"] != "PASS" for r in st),
+           "golden_check_fail_runs": sum("worse_than_eager" in r.get("fail_codes", []) for r in st),
+           "nondeterministic_compiled_runs": sum("nondeterministic_compiled" in r.get("fail_codes", []) for r in st),
            "rmse_only_fail_runs": sum(bool(r["rmse_only_fails"]) for r in st),
            "largest_margin_per_check": {c: max((r["margins"].get(c, 0.0) for r in st), default=0.0) for c in CHECKS}}
     power = {}
@@ -194,9 +203,9 @@ def summary(results: dict) -> dict:
         e["min_rmse_ratio"] = min(r["max_rmse_ratio"], e["min_rmse_ratio"] or float("inf"))
     out["power"] = power
     caught_all = [r["max_rmse_ratio"] for r in results["power"]]
-    missed = [r["max_rmse_ratio"] for r in results["power"] if r["status"] == "PASS"]
-    out["largest_rmse_ratio_missed"] = max(missed, default=None)
-    out["runs_with_rmse_ratio_ge_3_missed"] = sum(x >= 3 for x in missed)
+    missed = [r.get("max_judged_rmse_ratio", 0.0) for r in results["power"] if r["status"] == "PASS"]
+    out["largest_judged_rmse_ratio_missed"] = max(missed, default=None)  # outside tolerance, yet PASS
+    out["runs_with_judged_rmse_ratio_ge_3_missed"] = sum(x >= 3 for x in missed)
     out["power_runs"] = len(caught_all)
     return out
 
