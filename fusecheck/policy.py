@@ -83,6 +83,14 @@ class Ratios:
     # significance level of the test that compiled's mean relative error exceeds its bound beyond the
     # element-to-element spread of the relative errors (one near-zero element can dominate a small mean)
     mean_rel_alpha: float = 0.01
+    # significance level of MaxRel's chance limit per octave of |golden| (compare/octaves.py): compiled's
+    # largest relative error in an octave of n elements must exceed what the ratio of two correct runs'
+    # maxima reaches with this probability. Small because a grid of real models tests ~1e5 octaves, and
+    # one element alone in its octave (a cancellation) is one noise draw against another
+    max_rel_alpha: float = 1e-5
+    # report only: a PASS by tolerance whose compiled RMSE (against the golden) exceeds this many times
+    # eager's says so in its message; eager's RMSE ratio to itself is 1, and 1.5 flags what is worth reading
+    note_rmse: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -222,7 +230,7 @@ class Policy:
 
 
 # For these ratio keys a smaller value admits more error (a significance level: smaller = harder to fail).
-LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha"}
+LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha"}
 
 _COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
 

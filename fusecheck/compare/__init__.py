@@ -51,7 +51,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         def m(x):
-            return None if x is None else dict(x.values)
+            return None if x is None else x.summary()
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "verdict": self.verdict.to_dict(),
                 "error_ratio": self.error_ratio, "vs_eager": m(self.vs_reference), "vs_golden": m(self.vs_golden),
                 "eager_vs_golden": m(self.reference_vs_golden), "notes": list(self.notes),
@@ -159,6 +159,7 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     metrics = multi_pair_metrics(pairs, **kwargs)
     ref_g = reference_vs_golden or metrics.get("reference_vs_golden")
     verdict = judge(vs_reference=metrics["vs_reference"], vs_golden=metrics.get("vs_golden"),
-                    reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason)
+                    reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason,
+                    dtype=judged, small_threshold=applied.small_threshold)
     return Comparison(name, str(dtype).removeprefix("torch."), tuple(result.shape), verdict,
                       metrics["vs_reference"], metrics.get("vs_golden"), ref_g, applied=applied)

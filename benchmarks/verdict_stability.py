@@ -1,0 +1,214 @@
+"""Verdict stability and power on real architectures (issue 14), side by side with the RMSE-only rule.
+
+stability: stock Inductor on tiny real models (built offline from transformers configs, random weights),
+  dtypes x forward/--train x seeds: count of FAIL verdicts (must be 0) and, per check, the largest ratio
+  to its limit over all rows (how close each check came to flipping).
+power: the same models with a planted degradation of controlled strength, active only in the compiled
+  graph (a forward hook that acts when `torch.compiler.is_compiling()`, so eager and the golden are
+  untouched): detection rate per (plant, strength) for the multi-metric verdict and for torch's rule
+  (`torch._dynamo.utils.same` with fp64_ref: allclose, else rmse(res) <= m * rmse(ref) + tol/10, m = 3 in
+  fp16/bf16 or under 1000 elements, else 2), and each run's largest compiled/eager RMSE ratio.
+
+    python benchmarks/verdict_stability.py --device cpu --seeds 0-2 --models gpt2,vit --quick --json out.json
+Only the public `fusecheck.run.run_check` is called.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fusecheck.run import run_check  # noqa: E402
+
+MODELS = ["gpt2", "llama", "bert", "qwen2", "mixtral", "vit", "resnet"]
+CHECKS = ["rmse", "mean_rel", "max_rel", "small_value_errors", "small_value_max_abs"]
+
+
+def build(model: str, seed: int):
+    """Weights and inputs both drawn from `seed`."""
+    import models.hf as hf
+    torch.manual_seed(seed)
+    return getattr(hf, f"build_{model}")()
+
+
+# ---- planted degradations: generic, with a strength, only inside the compiled graph -------------------
+
+def _round_bits(x: torch.Tensor, bits: float) -> torch.Tensor:
+    """x rounded to `bits` mantissa bits (7 = bf16), straight-through in backward."""
+    m, e = torch.frexp(x)
+    scale = 2.0 ** (int(bits) + 1)
+    return x + (torch.ldexp(torch.round(m * scale) / scale, e) - x).detach()
+
+
+def _perturb(x: torch.Tensor, rel: float) -> torch.Tensor:
+    """x * (1 + rel * w) with w a fixed pseudo-random pattern in [-1, 1] (a function of x, no RNG)."""
+    return x * (1 + rel * torch.sin(x.float() * 12345.678).to(x.dtype))
+
+
+def _flip_small(x: torch.Tensor, share: float) -> torch.Tensor:
+    """Sign flipped on the elements with |x| below `share` of the tensor's largest magnitude."""
+    return torch.where(x.abs() < share * x.detach().abs().amax(), -x, x)
+
+
+PLANTS = {  # name -> (transform(x, strength), strengths from weak to strong)
+    # fewer mantissa bits: stronger (7 = bf16 in fp32); around 20 bits the error reaches fp32 eager's own
+    "round_bits": (_round_bits, [22, 20, 18, 16, 7]),
+    "perturb": (_perturb, [1e-7, 1e-6, 3e-6, 1e-5, 1e-3]),
+    "flip_small": (_flip_small, [1e-4, 1e-3, 1e-2]),
+}
+QUICK = {"round_bits": [20, 18], "perturb": [1e-6, 3e-6], "flip_small": [1e-3, 1e-2]}
+
+
+def plant(case, kind: str, strength: float):
+    """Hook the middle Linear/Conv2d of the model so that its output is degraded in the compiled run only."""
+    fn = PLANTS[kind][0]
+    layers = [m for m in case.model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    target = layers[len(layers) // 2]
+
+    def hook(module, args, out):
+        return fn(out, strength) if torch.compiler.is_compiling() else out
+    target.register_forward_hook(hook)
+    return case
+
+
+# ---- the two rules on one report ----------------------------------------------------------------------
+
+def rmse_only_fails(row) -> bool:
+    """torch._dynamo.utils.same(fp64_ref) on the row's metrics, with the applied policy tolerance as tol."""
+    if row.vs_golden is None or row.reference_vs_golden is None or row.applied is None:
+        return not row.passed  # structural / exact rows: both rules agree
+    if row.vs_reference.mismatches == 0:
+        return False
+    tol = row.applied.tolerance.atol
+    m = 3.0 if row.dtype in ("float16", "bfloat16") or row.vs_golden.numel < 1000 else 2.0
+    return row.vs_golden.rmse > m * row.reference_vs_golden.rmse + tol / 10
+
+
+def summarize(report) -> dict:
+    margins = {c: 0.0 for c in CHECKS}
+    worst_row = {}
+    for r in report.rows:
+        for c, v in r.verdict.margins.items():
+            if v > margins.get(c, 0.0):
+                margins[c], worst_row[c] = v, r.name
+    ratios = [r.error_ratio for r in report.rows if r.error_ratio is not None]
+    # rows the golden checks judged (not passed by the tolerance shortcut, which torch.same shares)
+    judged = [r.error_ratio for r in report.rows if r.error_ratio is not None
+              and r.verdict.code not in ("within_tolerance", "bitwise_equal")]
+    return {"status": report.status, "fails": [f"{r.name}: {r.verdict.message}" for r in report.rows if not r.passed],
+            "fail_codes": sorted({r.verdict.code for r in report.rows if not r.passed}),
+            "max_judged_rmse_ratio": max(judged, default=0.0),
+            "rmse_only_fails": [r.name for r in report.rows if rmse_only_fails(r)],
+            "margins": margins, "margin_rows": worst_row, "max_rmse_ratio": max(ratios, default=0.0),
+            "rows": len(report.rows)}
+
+
+def one_run(model, dtype, train, seed, device, plant_spec=None) -> dict:
+    case = build(model, seed)
+    if plant_spec:
+        case = plant(case, *plant_spec)
+    t = time.perf_counter()
+    report = run_check(case, backend="inductor", dtype=dtype, device=device, train=train, seed=seed)
+    out = summarize(report)
+    out.update(model=model, dtype=dtype, train=train, seed=seed, seconds=round(time.perf_counter() - t, 1))
+    if plant_spec:
+        out["plant"], out["strength"] = plant_spec
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds += list(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--modes", default="fwd,train")
+    p.add_argument("--part", default="both", choices=["stability", "power", "both"])
+    p.add_argument("--plants", default=",".join(PLANTS))
+    p.add_argument("--quick", action="store_true",
+                   help="stability: bf16 --train only; power: two strengths per plant (power is always fp32 --train)")
+    p.add_argument("--json", help="write all results here")
+    a = p.parse_args(argv)
+    models = a.models.split(",")
+    if unknown := [m for m in models if m not in MODELS]:
+        print(f"error: unknown models {unknown}; known: {MODELS}", file=sys.stderr)
+        return 2
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("error: needs transformers (pip install -e '.[models]')", file=sys.stderr)
+        return 2
+    seeds = parse_seeds(a.seeds)
+    dtypes, modes = (["bf16"], ["train"]) if a.quick else (a.dtypes.split(","), a.modes.split(","))
+    results = {"device": a.device, "torch": torch.__version__, "seeds": seeds, "stability": [], "power": []}
+
+    if a.part in ("stability", "both"):
+        for model in models:
+            for dtype in dtypes:
+                for mode in modes:
+                    for seed in seeds:
+                        r = one_run(model, dtype, mode == "train", seed, a.device)
+                        results["stability"].append(r)
+                        print(f"stability {model:8s} {dtype:5s} {mode:5s} seed {seed}: {r['status']}"
+                              f" rmse-only {'FAIL' if r['rmse_only_fails'] else 'PASS'}"
+                              f" margins {json.dumps({k: round(v, 3) for k, v in r['margins'].items()})}"
+                              f" ({r['seconds']}s)" + "".join(f"\n    {f}" for f in r["fails"]), flush=True)
+    if a.part in ("power", "both"):
+        for kind in a.plants.split(","):
+            strengths = PLANTS[kind][1]
+            strengths = QUICK[kind] if a.quick else strengths
+            for model in models:
+                for strength in strengths:
+                    for seed in seeds:
+                        r = one_run(model, "fp32", True, seed, a.device, (kind, strength))
+                        results["power"].append(r)
+                        print(f"power {kind}={strength:g} {model:8s} seed {seed}: verdict {r['status']}"
+                              f" rmse-only {'FAIL' if r['rmse_only_fails'] else 'PASS'}"
+                              f" max rmse ratio {r['max_rmse_ratio']:.3g} ({r['seconds']}s)", flush=True)
+    results["summary"] = summary(results)
+    print(json.dumps(results["summary"], indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def summary(results: dict) -> dict:
+    st = results["stability"]
+    out = {"stability_runs": len(st), "verdict_fail_runs": sum(r["status"] != "PASS" for r in st),
+           "golden_check_fail_runs": sum("worse_than_eager" in r.get("fail_codes", []) for r in st),
+           "nondeterministic_compiled_runs": sum("nondeterministic_compiled" in r.get("fail_codes", []) for r in st),
+           "rmse_only_fail_runs": sum(bool(r["rmse_only_fails"]) for r in st),
+           "largest_margin_per_check": {c: max((r["margins"].get(c, 0.0) for r in st), default=0.0) for c in CHECKS}}
+    power = {}
+    for r in results["power"]:
+        key = f"{r['plant']}={r['strength']:g}"
+        e = power.setdefault(key, {"runs": 0, "verdict_caught": 0, "rmse_only_caught": 0, "min_rmse_ratio": None})
+        e["runs"] += 1
+        e["verdict_caught"] += r["status"] != "PASS"
+        e["rmse_only_caught"] += bool(r["rmse_only_fails"])
+        e["min_rmse_ratio"] = min(r["max_rmse_ratio"], e["min_rmse_ratio"] or float("inf"))
+    out["power"] = power
+    caught_all = [r["max_rmse_ratio"] for r in results["power"]]
+    missed = [r.get("max_judged_rmse_ratio", 0.0) for r in results["power"] if r["status"] == "PASS"]
+    out["largest_judged_rmse_ratio_missed"] = max(missed, default=None)  # outside tolerance, yet PASS
+    out["runs_with_judged_rmse_ratio_ge_3_missed"] = sum(x >= 3 for x in missed)
+    out["power_runs"] = len(caught_all)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
