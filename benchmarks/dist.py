@@ -19,9 +19,9 @@ import time  # noqa: E402
 
 from tabulate import tabulate  # noqa: E402
 
-from fusecheck.dist.pool import RankPool  # noqa: E402
-from fusecheck.dist.runner import check  # noqa: E402
-from fusecheck.dist.task import CheckTask  # noqa: E402
+from fusecheck.distributed.pool import RankPool  # noqa: E402
+from fusecheck.distributed.runner import check  # noqa: E402
+from fusecheck.distributed.task import CheckTask  # noqa: E402
 
 TASK = CheckTask("kernels/ag_gemm.py:AllGatherGemm", shapes=[{"m": 7, "k": 12, "n": 5}])
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from fusecheck.dist.report import render
-from fusecheck.dist.runner import check
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed.report import render
+from fusecheck.distributed.runner import check
+from fusecheck.distributed.task import CheckTask
 
 PLANTED = "tests/test_dist_planted.py"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.dist.cli import main
+from fusecheck.distributed.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 AG = "kernels/ag_gemm.py:AllGatherGemm"
@@ -68,10 +68,10 @@ def test_crash_is_exit_3(capsys):
 
 
 def test_torchrun_entry_point(tmp_path):
-    """`torchrun -m fusecheck.dist`: ranks from RANK/WORLD_SIZE, results gathered to rank 0."""
+    """`torchrun -m fusecheck.distributed`: ranks from RANK/WORLD_SIZE, results gathered to rank 0."""
     out = tmp_path / "t.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "fusecheck.dist", AG, "--backend", "gloo", "--shape", "m=5,k=4,n=3", "--json", str(out)]
+           "-m", "fusecheck.distributed", AG, "--backend", "gloo", "--shape", "m=5,k=4,n=3", "--json", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fusecheck.dist import load_spec
-from fusecheck.dist.pool import RankPool
-from fusecheck.dist.report import render
-from fusecheck.dist.runner import check
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed import load_spec
+from fusecheck.distributed.pool import RankPool
+from fusecheck.distributed.report import render
+from fusecheck.distributed.runner import check
+from fusecheck.distributed.task import CheckTask
 
 KERNELS = ["kernels/ag_gemm.py:AllGatherGemm", "kernels/gemm_rs.py:GemmReduceScatter",
            "kernels/a2a_reorder.py:ReverseAllToAllReorder", "kernels/ar_rmsnorm.py:AllReduceRMSNorm"]

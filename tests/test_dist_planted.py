@@ -121,7 +121,7 @@ class SharedRecvBuffer(AllGatherGemm):
     overwrite chunk c before it is consumed. Wrong only when c+1's gather finishes first: a timing race."""
 
     def _recv_buffers(self, a, bounds, world):
-        from fusecheck.dist import workspace
+        from fusecheck.distributed import workspace
         rows = max((e - s for s, e in bounds), default=0)
         shared = workspace.buffer("ag_gemm.shared", (world * rows, a.shape[1]), a.dtype, a.device)
         return [shared[:world * (e - s)] for s, e in bounds]
@@ -150,7 +150,7 @@ class UnseededInputs(AllGatherGemm):
 
 # ---- from the review of `fusecheck dist` (each one broke the tool, not only the kernel) ----------------------
 
-from fusecheck.dist import DistSpec, seeded_randn  # noqa: E402
+from fusecheck.distributed import DistSpec, seeded_randn  # noqa: E402
 
 
 class RingAllGatherP2P(DistSpec):
@@ -210,7 +210,7 @@ class StagingOffByOne(AllGatherGemm):
     element 0 of the staging workspace is never written. No timing involved: must not look like a race."""
 
     def _pipeline(self, a, group, consume):
-        from fusecheck.dist import chunk_bounds, ops, workspace
+        from fusecheck.distributed import chunk_bounds, ops, workspace
         world = dist.get_world_size(group)
         for c, (s, e) in enumerate(chunk_bounds(a.shape[0], int(self.tiling["chunks"]))):
             n = world * (e - s) * a.shape[1]

@@ -12,15 +12,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import stress, workspace
-from fusecheck.dist.cli import main
-from fusecheck.dist.diagnosis import Facts, diagnose
-from fusecheck.dist.pool import RankPool
-from fusecheck.dist.report import render
-from fusecheck.dist.runner import check
-from fusecheck.dist.summary import LayerSummary
-from fusecheck.dist.tags import MOVE, SUM, explain
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed import stress, workspace
+from fusecheck.distributed.cli import main
+from fusecheck.distributed.diagnosis import Facts, diagnose
+from fusecheck.distributed.pool import RankPool
+from fusecheck.distributed.report import render
+from fusecheck.distributed.runner import check
+from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.tags import MOVE, SUM, explain
+from fusecheck.distributed.task import CheckTask
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "tests/test_dist_planted.py"
@@ -66,7 +66,7 @@ def test_non_finite_values_decode_as_garbage(scheme):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_workspace_poison_is_finite_and_never_a_tag(dtype):
-    from fusecheck.dist.tags import EXACT_INT_LIMIT
+    from fusecheck.distributed.tags import EXACT_INT_LIMIT
     workspace.clear()
     try:
         buf = workspace.buffer("review.poison", (4096,), dtype)
@@ -101,7 +101,7 @@ def test_never_written_workspace_slot_is_layout_not_a_race():
 # ---- 4. only backend errors count as a peer's side effect ---------------------------------------------------
 
 def test_backend_raised_only_for_communication_errors():
-    from fusecheck.dist.worker import backend_raised
+    from fusecheck.distributed.worker import backend_raised
     assert backend_raised(RuntimeError("gloo: Timed out"))
     assert backend_raised(dist.DistBackendError("peer closed"))
     assert not backend_raised(ValueError("peer's tile size"))
@@ -122,7 +122,7 @@ def test_a_ranks_own_exception_is_its_crash_even_if_it_mentions_a_peer(kind):
 # ---- 5. every rank timed out: the rank whose dist calls differ is named ------------------------------------
 
 def test_odd_ones_out_by_phase_and_calls():
-    from fusecheck.dist.pool import _Rank, odd_ones_out
+    from fusecheck.distributed.pool import _Rank, odd_ones_out
 
     def ranks(*calls, phases=None):
         return {r: _Rank(phase=(phases or {}).get(r, "p"), calls=c) for r, c in enumerate(calls)}
@@ -169,7 +169,7 @@ def test_bad_usage_is_exit_2_before_any_rank_starts(argv, message, capsys, monke
 _REPLAY = """
 import time
 import torch.distributed as dist
-from fusecheck.dist import stress
+from fusecheck.distributed import stress
 slept = []
 time.sleep = slept.append
 with stress.injected_delays(stress.StressConfig(20.0, "before_call", 7), rank=1):

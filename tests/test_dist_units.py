@@ -7,13 +7,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import stress
-from fusecheck.dist.backends import BackendUnavailable, select_backend
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.diagnosis import Facts, diagnose
-from fusecheck.dist.stats import wilson_interval
-from fusecheck.dist.summary import LayerSummary
-from fusecheck.dist.tags import MOVE, SUM, explain
+from fusecheck.distributed import stress
+from fusecheck.distributed.backends import BackendUnavailable, select_backend
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.diagnosis import Facts, diagnose
+from fusecheck.distributed.stats import wilson_interval
+from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.tags import MOVE, SUM, explain
 
 
 @pytest.mark.parametrize("scheme", [MOVE, SUM])
@@ -155,7 +155,7 @@ def test_backend_selection_on_this_machine():
 
 @pytest.mark.parametrize("shape", [(5, 3), (3,), (2, 5), (4, 2), (3, 1), (8, 16), (2, 3, 4)])
 def test_planted_specials_leave_a_finite_row_and_column(shape):
-    from fusecheck.dist.layers import plant_specials
+    from fusecheck.distributed.layers import plant_specials
     t = plant_specials(torch.zeros(shape), torch.Generator().manual_seed(3))
     rows = t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
     bad = ~torch.isfinite(rows)
@@ -169,7 +169,7 @@ def test_planted_specials_leave_a_finite_row_and_column(shape):
 def test_planted_specials_in_a_three_column_gemm_operand_keep_finite_outputs():
     """AllGatherGemm's default shape m=2, k=5, n=3: specials in all 3 columns of one row of b made every output
     NaN/Inf, leaving layer 2 nothing finite to judge."""
-    from fusecheck.dist.layers import plant_specials
+    from fusecheck.distributed.layers import plant_specials
     a, b = torch.randn(4, 5), torch.randn(5, 3)
     for seed in range(20):
         out = a @ plant_specials(b, torch.Generator().manual_seed(seed))

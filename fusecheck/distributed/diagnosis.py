@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from fusecheck.dist.summary import LayerSummary
+from fusecheck.distributed.summary import LayerSummary
 
 
 

@@ -27,7 +27,7 @@ class DistSpec:
     propagation) without knowing the op.
     """
 
-    #: key of `fusecheck.dist.COLLECTIVES` ("all_gather", "all_reduce", "reduce_scatter", "all_to_all_single")
+    #: key of `fusecheck.distributed.COLLECTIVES` ("all_gather", "all_reduce", "reduce_scatter", "all_to_all_single")
     collective: str = ""
     #: tile/chunk parameters; recorded in the report and used by every mode (fused, identity compute, identity comm)
     tiling: dict[str, Any] = {}
@@ -93,7 +93,7 @@ def load_spec(ref: str, **kwargs) -> DistSpec:
     except AttributeError:
         raise ValueError(f"{where} has no class {cls_name!r}") from None
     if not (isinstance(cls, type) and issubclass(cls, DistSpec)):
-        raise ValueError(f"{ref} is not a fusecheck.dist.DistSpec subclass")
+        raise ValueError(f"{ref} is not a fusecheck.distributed.DistSpec subclass")
     return cls(**kwargs)
 
 

@@ -12,10 +12,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist.backends import Backend
-from fusecheck.dist.pool import Outcome, is_secondary
-from fusecheck.dist.task import CheckTask, run_check
-from fusecheck.dist.worker import _describe, fill_uninitialized_with_nan
+from fusecheck.distributed.backends import Backend
+from fusecheck.distributed.pool import Outcome, is_secondary
+from fusecheck.distributed.task import CheckTask, run_check
+from fusecheck.distributed.worker import _describe, fill_uninitialized_with_nan
 
 
 class Watchdog:
@@ -72,9 +72,9 @@ def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
 
 
 def _report(task: CheckTask, backend: Backend, args, world: int, gathered: list, t0: float) -> int:
-    from fusecheck.dist.report import render, write_json
-    from fusecheck.dist.runner import build_report
-    from fusecheck.dist.spec import load_spec
+    from fusecheck.distributed.report import render, write_json
+    from fusecheck.distributed.runner import build_report
+    from fusecheck.distributed.spec import load_spec
     all_results = [r for res, _ in gathered for r in res]
     errors = {r: e for r, (_, e) in enumerate(gathered) if e}
     primary = sorted(r for r, e in errors.items() if not e["secondary"])

@@ -7,14 +7,14 @@ import math
 import os
 import sys
 
-from fusecheck.dist.task import LAYERS, CheckTask
+from fusecheck.distributed.task import LAYERS, CheckTask
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16", "half": "float16", "fp64": "float64", "float64": "float64"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="path/to/kernel.py:SpecClass (a fusecheck.dist.DistSpec subclass)")
+    parser.add_argument("spec", help="path/to/kernel.py:SpecClass (a fusecheck.distributed.DistSpec subclass)")
     parser.add_argument("--world-size", type=int, default=2, help="ranks to start (ignored under torchrun)")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "hccl"],
                         help="auto: hccl on NPU, nccl on CUDA, else gloo")
@@ -94,8 +94,8 @@ def check_shapes(shapes: list[dict], spec) -> None:
 
 
 def run(args) -> int:
-    from fusecheck.dist.backends import BackendUnavailable, select_backend
-    from fusecheck.dist.spec import load_spec
+    from fusecheck.distributed.backends import BackendUnavailable, select_backend
+    from fusecheck.distributed.spec import load_spec
     try:
         task = build_task(args)
         spec = load_spec(task.spec_ref, **task.spec_kwargs)
@@ -110,14 +110,14 @@ def run(args) -> int:
         print(f"fusecheck dist: error: {exc}", file=sys.stderr)
         return 2
     if "RANK" in os.environ:
-        from fusecheck.dist.torchrun import run_under_torchrun
+        from fusecheck.distributed.torchrun import run_under_torchrun
         return run_under_torchrun(task, backend, args)
     return _run_pool(task, world, backend.name, args)
 
 
 def _run_pool(task: CheckTask, world: int, backend: str, args) -> int:
-    from fusecheck.dist.report import render, write_json
-    from fusecheck.dist.runner import check
+    from fusecheck.distributed.report import render, write_json
+    from fusecheck.distributed.runner import check
     try:
         rep = check(task, world, backend, timeout_s=args.timeout, start_method=args.start_method)
     except Exception as exc:

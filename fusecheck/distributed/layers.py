@@ -13,11 +13,11 @@ import hashlib
 import torch
 
 from fusecheck.compare import compare, input_error
-from fusecheck.dist import workspace
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.spec import DistSpec
-from fusecheck.dist.stress import StressConfig, injected_delays, stable_seed
-from fusecheck.dist.tags import explain
+from fusecheck.distributed import workspace
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.spec import DistSpec
+from fusecheck.distributed.stress import StressConfig, injected_delays, stable_seed
+from fusecheck.distributed.tags import explain
 from fusecheck.policy import Policy
 
 

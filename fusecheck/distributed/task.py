@@ -13,9 +13,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist.layers import RunContext, comm_layer, compute_layer, special_targets, whole_layer
-from fusecheck.dist.spec import load_spec
-from fusecheck.dist.stress import StressConfig, stable_seed
+from fusecheck.distributed.layers import RunContext, comm_layer, compute_layer, special_targets, whole_layer
+from fusecheck.distributed.spec import load_spec
+from fusecheck.distributed.stress import StressConfig, stable_seed
 from fusecheck.policy import Policy
 
 LAYERS = ("comm", "compute", "whole")

@@ -7,13 +7,13 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.diagnosis import Diagnosis, Facts, diagnose
-from fusecheck.dist.pool import Outcome, RankPool
-from fusecheck.dist.spec import DistSpec, load_spec
-from fusecheck.dist.stats import rate_summary
-from fusecheck.dist.summary import LayerSummary, cross_rank, summarize
-from fusecheck.dist.task import LAYERS, CheckTask
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.diagnosis import Diagnosis, Facts, diagnose
+from fusecheck.distributed.pool import Outcome, RankPool
+from fusecheck.distributed.spec import DistSpec, load_spec
+from fusecheck.distributed.stats import rate_summary
+from fusecheck.distributed.summary import LayerSummary, cross_rank, summarize
+from fusecheck.distributed.task import LAYERS, CheckTask
 
 EXIT = {"PASS": 0, "FAIL": 1, "ERROR": 2, "HANG": 3, "CRASH": 3}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fusecheck.dist.runner import DistReport
-from fusecheck.dist.stats import rate_summary
+from fusecheck.distributed.runner import DistReport
+from fusecheck.distributed.stats import rate_summary
 
 LAYER_TITLES = {"comm": "1 comm alone (exact, tags)", "compute": "2 compute alone (vs fp64)",
                 "whole": "3 whole kernel (vs dist golden)"}

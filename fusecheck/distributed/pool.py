@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from fusecheck.dist.backends import BACKENDS
-from fusecheck.dist.worker import rank_main
+from fusecheck.distributed.backends import BACKENDS
+from fusecheck.distributed.worker import rank_main
 
 # Exceptions a rank raises because *another* rank failed: not the culprit. Only errors raised by the
 # communication backend (`worker.backend_raised`) are matched; a kernel's own exception never is.
