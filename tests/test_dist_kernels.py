@@ -41,11 +41,13 @@ def test_correct_kernels_pass_every_layer(ref, world, dtype, seed):
         assert rep.cross["status"] == "PASS"
 
 
-def test_layer1_tags_widen_when_the_dtype_cannot_hold_them():
-    rep = check(CheckTask(KERNELS[0], dtype="bfloat16", shapes=[{"m": 8, "k": 16, "n": 4}],
-                          layers=("comm",)), 4)
-    assert rep.status == "PASS"
-    assert {r["tag_dtype"] for r in rep.results} == {"float32"}   # 4 x 128 tags > 256, bf16's exact range
+@pytest.mark.parametrize("kernel, world", [(KERNELS[0], 4), ("kernels/ar_rmsnorm.py:AllReduceRMSNorm", 2)])
+def test_layer1_runs_in_the_op_dtype_even_when_positions_do_not_fit_it(kernel, world):
+    rep = check(CheckTask(kernel, dtype="bfloat16", layers=("comm",), shapes=[
+        {"m": 8, "k": 40, "n": 4} if "ag_gemm" in kernel else {"t": 9, "h": 40}]), world)
+    assert rep.status == "PASS", render(rep)
+    assert {r["tag_dtype"] for r in rep.results} == {"bfloat16"}   # 4 x 320 tags > 256, bf16's integer range
+    assert {r["tags"]["scheme"] for r in rep.results} == {"sum" if "rmsnorm" in kernel else "move"}
 
 
 @pytest.mark.parametrize("cls", ["SymmMemAllGatherMatmul", "SymmMemMatmulReduceScatter"])

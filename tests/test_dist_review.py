@@ -19,6 +19,7 @@ from fusecheck.distributed.pool import RankPool
 from fusecheck.distributed.report import render
 from fusecheck.distributed.runner import check
 from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.collectives import COLLECTIVES
 from fusecheck.distributed.tags import MOVE, SUM, explain
 from fusecheck.distributed.task import CheckTask
 
@@ -53,30 +54,31 @@ def test_batch_isend_irecv_kernel_passes(batch, stressed):
 # ---- 2. +-Inf in layer 1 is garbage, and the poison is finite in every dtype -------------------------------
 
 @pytest.mark.parametrize("scheme", [MOVE, SUM])
-def test_non_finite_values_decode_as_garbage(scheme):
-    values = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0])
-    kinds = [o.kind for o in scheme.decode(values, 2, 8)]
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_non_finite_values_decode_as_garbage(scheme, dtype):
+    plan = scheme.plan(dtype, 2, 4)
+    specials = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0], dtype=dtype)
+    kinds = [o.kind for o in plan.decode([specials] * plan.subruns)]
     assert kinds == ["garbage", "garbage", "unwritten", "unwritten"]
-    expected = torch.stack([scheme.encode(r, 2, (4,), torch.float32) for r in range(2)]).reshape(-1)
-    got = expected.clone()
-    got[1], got[5] = float("inf"), float("-inf")
-    lines, classes = explain(got, expected, scheme, 2, 4, 1, 1, 0)
+    deliver = COLLECTIVES["all_gather" if scheme is MOVE else "all_reduce"].deliver
+    tags = [plan.encode(r, (4,)) for r in range(2)]
+    expected = [deliver([t[j] for t in tags], 0) for j in range(plan.subruns)]
+    got = [e.clone() for e in expected]
+    got[0][1], got[-1][2] = float("inf"), float("-inf")
+    lines, classes = explain(got, expected, plan, 1, 1, 0)
     assert classes == {"garbage": 2} and lines
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_workspace_poison_is_finite_and_never_a_tag(dtype):
-    from fusecheck.distributed.tags import EXACT_INT_LIMIT
     workspace.clear()
     try:
         buf = workspace.buffer("review.poison", (4096,), dtype)
         workspace.poison_all(123)
         assert torch.isfinite(buf).all()
-        limit = EXACT_INT_LIMIT[dtype]
-        # a value is a MOVE tag only if it is an integer in [1, limit]
-        v = buf.double()
-        assert not ((v == v.round()) & (v >= 1) & (v <= limit)).any()
-        assert all(o.kind == "garbage" for o in MOVE.decode(buf, 2, limit // 2))
+        for scheme in (MOVE, SUM):
+            plan = scheme.plan(dtype, 2, 2048)
+            assert all(o.kind == "garbage" for o in plan.decode([buf] * plan.subruns)), scheme.name
     finally:
         workspace.clear()
 

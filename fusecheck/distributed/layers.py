@@ -91,27 +91,46 @@ def _result(ctx: RunContext, layer: str, cmp, **extra) -> dict:
 
 
 def comm_layer(ctx: RunContext) -> dict:
+    """Layer 1, in the op dtype: the tags' digits go through `comm_only` in one or more sub-runs (all must be
+    exact); a wrong element is decoded from all its sub-runs at once."""
     coll = COLLECTIVES[ctx.spec.collective]
     sources = [ctx.spec.comm_input(i) for i in ctx.all_inputs()]
     bad = coll.precondition(sources, ctx.world)
     if bad:
         return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {bad}"))
     shape, numel = tuple(sources[0].shape), sources[0].numel()
-    tag_dtype = coll.tags.dtype_for(ctx.dtype, ctx.world, numel)
-    tags = [coll.tags.encode(r, ctx.world, shape, tag_dtype).to(ctx.device) for r in range(ctx.world)]
-    expected = coll.deliver(tags, ctx.rank)
-    got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank].clone(), ctx.group)
-    cmp = compare(got, expected, exact=True, exact_reason=f"layer 1 moves exact position tags ({coll.invariant})",
-                  name="comm", policy=ctx.policy)
+    try:
+        plan = coll.tags.plan(ctx.dtype, ctx.world, numel)
+    except ValueError as exc:
+        return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {exc}"))
+    tags = [[t.to(ctx.device) for t in plan.encode(r, shape)] for r in range(ctx.world)]
+    reason = f"layer 1 moves exact position tags ({coll.invariant}; tags: {plan.description})"
+    gots, exps = [], []
+    for sub in range(plan.subruns):
+        expected = coll.deliver([t[sub] for t in tags], ctx.rank)
+        got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank][sub].clone(), ctx.group)
+        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+                and got.device == expected.device):
+            cmp = compare(got, expected, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
+            return _result(ctx, "comm", cmp, decoded=[], classes={}, digest=digest(got),
+                           tag_dtype=_name(plan.dtype), tags=plan.to_dict())
+        gots.append(got.detach())
+        exps.append(expected)
+    got_all, exp_all = torch.stack(gots), torch.stack(exps)
+    cmp = compare(got_all, exp_all, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
     lines, classes = [], {}
-    if not cmp.passed and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+    if not cmp.passed:
         row_len = max(1, numel // max(1, shape[0])) if shape else 1
-        lines, classes = explain(got.detach().cpu(), expected.cpu(), coll.tags, ctx.world, numel, row_len,
+        lines, classes = explain([g.cpu() for g in gots], [e.cpu() for e in exps], plan, row_len,
                                  ctx.spec.block_rows(shape[0] if shape else 1), ctx.rank)
         cmp.notes.extend(lines)
     # tags do not depend on the seed: a deterministic kernel returns the same bits in every repeat
-    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got),
-                   tag_dtype=str(tag_dtype).removeprefix("torch."))
+    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all),
+                   tag_dtype=_name(plan.dtype), tags=plan.to_dict())
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def plant_specials(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
