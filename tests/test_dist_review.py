@@ -174,8 +174,8 @@ import torch.distributed as dist
 from fusecheck.distributed import stress
 slept = []
 time.sleep = slept.append
-with stress.injected_delays(stress.StressConfig(20.0, "before_call", 7), rank=1):
-    for _ in range(3):
+with stress.injected_delays(stress.StressConfig(20.0, 7, 0, straggler=1), rank=1):
+    for _ in range(12):
         try:
             dist.all_reduce(None)      # the delay comes first; the call itself then fails (no process group)
         except Exception:
@@ -192,7 +192,7 @@ def test_stress_delays_and_poison_seeds_replay_across_processes():
                               timeout=60)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(proc.stdout)
-    assert outs[0] == outs[1] and outs[0].count(",") == 2
+    assert outs[0] == outs[1] and outs[0].count(",") >= 2
 
 
 def test_rank_subset_wording_when_every_rank_fails_in_some_run():

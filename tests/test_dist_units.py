@@ -128,22 +128,33 @@ def test_output_contract_failures_are_not_also_called_interaction_or_layout():
 
 
 def test_stress_wraps_and_restores_dist_calls(monkeypatch):
-    calls = []
+    calls, slept = [], []
 
     class Work:
         def wait(self):
             calls.append("wait")
 
     monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: calls.append("call") or Work())
+    monkeypatch.setattr(stress.time, "sleep", slept.append)
     original = dist.all_reduce
-    cfg = stress.StressConfig(max_delay_ms=30, placement="both", seed=1)
-    t0 = time.perf_counter()
+    cfg = stress.StressConfig(max_delay_ms=30, seed=1, straggler=0)
     with stress.injected_delays(cfg, rank=0):
         assert dist.all_reduce is not original
-        dist.all_reduce(torch.zeros(1), async_op=True).wait()
-    assert dist.all_reduce is original and calls == ["call", "wait"]
-    assert time.perf_counter() - t0 > 0   # delays are random in [0, 30 ms]; wrapping itself is what is tested
-    assert {p for p in stress.PLACEMENTS} == {stress.StressConfig.for_run(i, 1, 0).placement for i in range(3)}
+        for _ in range(40):
+            dist.all_reduce(torch.zeros(1), async_op=True).wait()
+    assert dist.all_reduce is original and calls == ["call", "wait"] * 40
+    # per call: no delay, before the call, after the wait, or both; magnitudes spread over decades up to 30 ms
+    assert 20 <= len(slept) < 80 and max(slept) <= 0.030 and min(slept) < 0.003
+    before = len(slept)
+    with stress.injected_delays(stress.StressConfig(max_delay_ms=30, seed=1, straggler=1), rank=0):
+        for _ in range(10):
+            dist.all_reduce(torch.zeros(1), async_op=True).wait()
+    assert len(slept) == before          # only the straggler's calls are delayed
+
+
+def test_stress_stragglers_cover_every_rank_and_plain_runs():
+    picks = {stress.StressConfig.for_run(i, 20, 0, 4).straggler for i in range(60)}
+    assert picks == {None, 0, 1, 2, 3}
 
 
 def test_backend_selection_on_this_machine():

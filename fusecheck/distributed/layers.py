@@ -8,7 +8,10 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
+from typing import Callable
 
 import torch
 
@@ -161,33 +164,99 @@ def special_targets(ctx: RunContext) -> list[str]:
     return ["delivered"] + [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
 
 
-def compute_layer(ctx: RunContext, special: str | None = None) -> dict:
-    """Layer 2; `special` names the tensor ("delivered" or an input) that gets NaN/+Inf/-Inf, or None."""
+# magnitude probe -> the largest |x| of the scaled rows, from the dtype's range: squares (and sums of a few
+# squares) overflow; rows so small that an epsilon of 1e-6..1e-5 dominates their mean square; subnormals
+MAGNITUDES: dict[str, Callable[[torch.finfo], float]] = {
+    "huge": lambda fi: 2.0 * math.sqrt(fi.max),
+    "tiny": lambda fi: 16.0 * fi.tiny,
+    "subnormal": lambda fi: fi.tiny / 2,
+}
+
+
+def probe_variants(ctx: RunContext) -> list[str]:
+    """Layer 2's extra variants on the first repeat: NaN/Inf in each tensor, then each magnitude probe on each
+    group of same-shaped tensors (delivered first)."""
+    specials = [f"nan_inf:{t}" for t in special_targets(ctx)]
+    return specials + [f"magnitude:{m}:{t}" for m in MAGNITUDES for t in magnitude_targets(ctx)]
+
+
+def magnitude_targets(ctx: RunContext) -> list[str]:
+    """One name per group of floating tensors that share a shape, e.g. "delivered+residual" (scaled together:
+    an op that adds them would otherwise see ordinary magnitudes again)."""
+    inputs = ctx.inputs(ctx.rank)
+    coll = COLLECTIVES[ctx.spec.collective]
+    shapes = {"delivered": tuple(coll.deliver([ctx.spec.comm_input(i) for i in ctx.all_inputs()], ctx.rank).shape)}
+    shapes.update({k: tuple(v.shape) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()})
+    groups: dict[tuple, list[str]] = {}
+    for name, shape in shapes.items():
+        groups.setdefault(shape, []).append(name)
+    return ["+".join(names) for names in groups.values()]
+
+
+def scale_rows(tensors: dict[str, torch.Tensor], names: list[str], largest: float) -> dict[str, torch.Tensor]:
+    """Copies of `tensors[names]` whose even rows (leading dim; 1-D: all) are scaled together so the largest
+    |x| among them is `largest`; odd rows keep ordinary magnitudes (a row-wise op sees both kinds)."""
+    def rows(t):
+        return t.reshape(t.shape[0], -1)[::2] if t.dim() > 1 else t.reshape(1, -1)
+    peak = max((float(rows(tensors[n].double()).abs().max()) for n in names if tensors[n].numel()), default=0.0)
+    if peak == 0 or not math.isfinite(peak):
+        return {}
+    out = {}
+    for n in names:
+        t = tensors[n].double().clone(memory_format=torch.contiguous_format)
+        if t.numel():
+            rows(t).mul_(largest / peak)
+        out[n] = t.to(tensors[n].dtype)
+    return out
+
+
+def _wide(fn, delivered: torch.Tensor, inputs: dict, dtype: torch.dtype) -> torch.Tensor:
+    """`fn` computed in fp32 (or the op dtype if wider) and rounded once to the op dtype: the reference for
+    magnitude probes, where plain eager ops in fp16/bf16 overflow or underflow as a broken kernel would."""
+    acc = torch.promote_types(dtype, torch.float32)
+    out = fn(delivered.to(acc), _to(inputs, acc))
+    return out.to(dtype) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
+    """Layer 2; `variant` is None (finite inputs), "nan_inf:<tensor>" (NaN/+Inf/-Inf planted there) or
+    "magnitude:<probe>:<tensor>" (rows of that tensor and its same-shaped partners scaled to the probe)."""
     coll = COLLECTIVES[ctx.spec.collective]
     all_inputs = ctx.all_inputs()
     sources = [ctx.spec.comm_input(i) for i in all_inputs]
     bad = coll.precondition(sources, ctx.world)
     if bad:
         return _result(ctx, "compute", input_error("compute", "bad_input", f"{coll.name}: {bad}"))
-    if special is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
+    if variant is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
         return _result(ctx, "compute", input_error(
             "compute", "nondeterministic_inputs", "make_inputs returned different tensors for the same (shape, "
             "rank, world, seed, dtype): layers 1 and 2 regenerate other ranks' inputs and need a pure function"))
-    same = _not_rank_distinct(sources) if special is None else ""
+    same = _not_rank_distinct(sources) if variant is None else ""
     if same:   # layer 3 would pass a kernel that sends rank i's block to rank j's slot
         return _result(ctx, "compute", input_error("compute", "inputs_not_rank_distinct", same))
     delivered, inputs = coll.deliver(sources, ctx.rank), dict(all_inputs[ctx.rank])
-    if special:
+    eager_fn = ctx.spec.compute_golden
+    if variant and variant.startswith("nan_inf:"):
+        special = variant.split(":", 1)[1]
         gen = torch.Generator().manual_seed(ctx.seed * 7919 + ctx.rank)
         if special == "delivered":
             delivered = plant_specials(delivered, gen)
         else:
             inputs[special] = plant_specials(inputs[special], gen)
+    elif variant and variant.startswith("magnitude:"):
+        _, probe, target = variant.split(":", 2)
+        tensors = {"delivered": delivered, **{k: v for k, v in inputs.items()
+                                              if isinstance(v, torch.Tensor) and v.is_floating_point()}}
+        group = target.split("+")
+        scaled = scale_rows(tensors, group, MAGNITUDES[probe](torch.finfo(delivered.dtype)))
+        delivered = scaled.pop("delivered", delivered)
+        inputs.update(scaled)
+        eager_fn = functools.partial(_wide, ctx.spec.compute_golden, dtype=delivered.dtype)
     workspace.poison_all(ctx.seed)
     got = ctx.spec.compute_only(delivered.clone(), _clone(inputs))
-    eager = ctx.spec.compute_golden(delivered.clone(), _clone(inputs))
+    eager = eager_fn(delivered.clone(), _clone(inputs))
     gold = ctx.spec.compute_golden(delivered.double(), _to(inputs, torch.float64))
-    variant = f"nan_inf:{special}" if special else "finite"
+    variant = variant or "finite"
     return _result(ctx, "compute", compare(got, eager, gold, policy=ctx.policy, name=f"compute[{variant}]"),
                    variant=variant)
 
