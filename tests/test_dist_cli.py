@@ -41,7 +41,7 @@ def test_fail_is_exit_1_with_diagnosis(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["kernels/nope.py:Nothing"], "not found"),
-    (["kernels/ag_gemm.py"], "must look like"),
+    (["kernels/ag_gemm.txt"], "must look like"),
     ([AG, "--shape", "m7"], "key=value"),
     ([AG, "--layers", "comm,magic"], "unknown layer"),
     (["kernels/symm_mem_ops.py:SymmMemAllGatherMatmul"], "needs CUDA GPUs"),

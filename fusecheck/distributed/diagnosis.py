@@ -22,6 +22,7 @@ class Facts:
     outcome_ranks: list[int]
     outcome_detail: str
     world: int
+    outcome_reason: str = ""
 
 
 @dataclass
@@ -48,7 +49,8 @@ def _comm_detail(s: LayerSummary) -> str:
 
 def hang_or_crash(f: Facts) -> Finding | None:
     if f.outcome in ("HANG", "CRASH"):
-        return Finding(f"{f.outcome} on rank(s) {', '.join(map(str, f.outcome_ranks))}", "run", f.outcome_detail)
+        who = f"{f.outcome} on rank(s) {', '.join(map(str, f.outcome_ranks))}"
+        return Finding(f"{who}: {f.outcome_reason}" if f.outcome_reason else who, "run", f.outcome_detail)
     return None
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fusecheck.distributed.collectives import COLLECTIVES
 from fusecheck.distributed.diagnosis import Diagnosis, Facts, diagnose
 from fusecheck.distributed.pool import Outcome, RankPool
-from fusecheck.distributed.spec import DistSpec, load_spec
+from fusecheck.distributed.spec import DistSpec, SpecError, load_spec
 from fusecheck.distributed.stats import rate_summary
 from fusecheck.distributed.summary import LayerSummary, cross_rank, summarize
 from fusecheck.distributed.task import LAYERS, CheckTask
@@ -93,7 +93,7 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
           pool: RankPool | None = None, start_method: str | None = None) -> DistReport:
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
-        raise ValueError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+        raise SpecError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
     for module in spec.preload_modules:
         importlib.import_module(module)
     t0 = time.monotonic()
@@ -113,7 +113,7 @@ def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outc
             layers[name].status = "INCOMPLETE"   # asked for, cut short by HANG/CRASH
     cross = cross_rank(results, world) if spec.outputs_agree else {"status": "NOT REQUIRED"}
     facts = Facts(layers["comm"], layers["compute"], layers["whole"], cross, outcome.status, outcome.ranks,
-                  outcome.detail, world)
+                  outcome.detail, world, outcome.reason)
     diagnosis = diagnose(facts)
     if outcome.status != "ok":
         status = outcome.status

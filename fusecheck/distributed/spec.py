@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
+import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -82,26 +85,151 @@ class DistSpec:
         return f"{type(self).__name__} supports backends {', '.join(self.backends) or 'any'}"
 
 
-def load_spec(ref: str, **kwargs) -> DistSpec:
-    """Instantiate `path/to/file.py:Class` (or `package.module:Class`) with `kwargs`."""
+class SpecError(ValueError):
+    """The spec itself is wrong (not the kernel): a bad reference, arguments, or a method that raises. Exit 2."""
+
+
+def spec_class(ref: str) -> type[DistSpec]:
+    """The class named by `path/to/file.py:Class` (or `package.module:Class`)."""
     if ":" not in ref:
-        raise ValueError(f"spec reference {ref!r} must look like path/to/kernel.py:ClassName")
+        raise SpecError(f"spec reference {ref!r} must look like path/to/kernel.py:ClassName (or a .py file or a "
+                        "folder, for every spec in it)")
     where, _, cls_name = ref.rpartition(":")
     module = _load_module(where)
     try:
         cls = getattr(module, cls_name)
     except AttributeError:
-        raise ValueError(f"{where} has no class {cls_name!r}") from None
+        raise SpecError(f"{where} has no class {cls_name!r}") from None
     if not (isinstance(cls, type) and issubclass(cls, DistSpec)):
-        raise ValueError(f"{ref} is not a fusecheck.distributed.DistSpec subclass")
-    return cls(**kwargs)
+        raise SpecError(f"{ref} is not a fusecheck.distributed.DistSpec subclass")
+    return cls
+
+
+def load_spec(ref: str, **kwargs) -> DistSpec:
+    """Instantiate `path/to/file.py:Class` (or `package.module:Class`) with `kwargs`."""
+    cls = spec_class(ref)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise SpecError(f"{ref}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): {exc}") from None
+
+
+def expand_targets(targets: list[str]) -> list[tuple[str, bool]]:
+    """`file.py:Class` refs from the command line's targets: a ref stays as it is; a .py file or a folder
+    (its *.py files, sorted) gives every spec class defined in it. Returns (ref, named explicitly)."""
+    out = []
+    for target in targets:
+        path = Path(target)
+        if ":" in target and not path.exists():
+            out.append((target, True))
+        elif path.is_dir():
+            files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+            found = [(ref, False) for f in files for ref in specs_in_file(f)]
+            if not found:
+                raise SpecError(f"{target}: no DistSpec subclasses in its *.py files")
+            out += found
+        elif path.suffix == ".py":
+            if not path.is_file():
+                raise SpecError(f"spec file not found: {target}")
+            found = specs_in_file(path)
+            if not found:
+                raise SpecError(f"{target} defines no DistSpec subclass")
+            out += [(ref, False) for ref in found]
+        else:
+            raise SpecError(f"spec reference {target!r} must look like path/to/kernel.py:ClassName, a .py file "
+                            "or a folder")
+    return out
+
+
+def specs_in_file(path: Path) -> list[str]:
+    """Refs of the concrete spec classes a file defines (not imported ones; no `_Private` bases; a collective)."""
+    module = _load_module(str(path))
+    return [f"{path}:{name}" for name, obj in vars(module).items()
+            if isinstance(obj, type) and issubclass(obj, DistSpec) and obj is not DistSpec
+            and obj.__module__ == module.__name__ and not name.startswith("_") and obj.collective]
+
+
+def typed_spec_args(cls: type[DistSpec], items: list[str]) -> tuple[dict[str, Any], set[str]]:
+    """`key=value` strings -> constructor kwargs typed by the constructor's annotations (int, float, bool, str;
+    anything else, or no annotation, parses the value as JSON, falling back to the plain string). Returns the
+    kwargs this class accepts and the keys it does not."""
+    params = inspect.signature(cls).parameters
+    open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:
+        hints = {}
+    kwargs, unknown = {}, set()
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--spec-arg {item!r} must be key=value")
+        if key not in params and not open_kwargs:
+            unknown.add(key)
+            continue
+        param = params.get(key)
+        kind = hints.get(key)
+        if kind is None and param is not None and param.default not in (inspect.Parameter.empty, None):
+            kind = type(param.default)
+        kwargs[key] = _convert(key, raw, kind)
+    return kwargs, unknown
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def _convert(key: str, raw: str, kind) -> Any:
+    try:
+        if kind is bool:
+            return _BOOLS[raw.strip().lower()]
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is str:
+            return raw
+    except (KeyError, ValueError):
+        raise SpecError(f"--spec-arg {key}={raw}: not a valid {kind.__name__}") from None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        if kind is None:
+            return raw
+        raise SpecError(f"--spec-arg {key}={raw}: not a JSON value (the constructor expects {kind})") from None
+
+
+def validate_spec(spec: DistSpec, ref: str, shapes: list[dict], world: int, seed: int, dtype: torch.dtype) -> None:
+    """Call the spec's own parts once in the parent, before any rank starts: an unknown collective, a
+    `make_inputs` or `comm_input` that raises or returns the wrong kind is the spec's error (exit 2), not a
+    crash of the kernel."""
+    from fusecheck.distributed.collectives import COLLECTIVES
+    if spec.collective not in COLLECTIVES:
+        raise SpecError(f"{ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+    if not shapes:
+        raise SpecError(f"{ref} declares no shapes and none were given (--shape)")
+    for shape in shapes:
+        for rank in range(world):
+            where = f"{ref}.make_inputs({shape}, rank={rank}, world={world}, seed={seed})"
+            try:
+                inputs = spec.make_inputs(dict(shape), rank, world, seed, dtype)
+            except Exception as exc:
+                raise SpecError(f"{where} raised {type(exc).__name__}: {exc}") from None
+            if not isinstance(inputs, dict):
+                raise SpecError(f"{where} returned {type(inputs).__name__}, not a dict of tensors")
+            try:
+                x = spec.comm_input(inputs)
+            except Exception as exc:
+                raise SpecError(f"{ref}.comm_input(...) raised {type(exc).__name__}: {exc}") from None
+            if not isinstance(x, torch.Tensor):
+                raise SpecError(f"{ref}.comm_input(...) returned {type(x).__name__}, not a tensor")
 
 
 def _load_module(where: str):
     if where.endswith(".py"):
         path = Path(where).resolve()
         if not path.is_file():
-            raise ValueError(f"spec file not found: {where}")
+            raise SpecError(f"spec file not found: {where}")
         name = "fusecheck_dist_spec_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
         if name in sys.modules and getattr(sys.modules[name], "__fusecheck_mtime__", None) == path.stat().st_mtime:
             return sys.modules[name]
@@ -109,6 +237,13 @@ def _load_module(where: str):
         module = importlib.util.module_from_spec(spec)
         module.__fusecheck_mtime__ = path.stat().st_mtime
         sys.modules[name] = module  # before exec: dataclasses and pickling look the module up
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise SpecError(f"importing {where} raised {type(exc).__name__}: {exc}") from None
         return module
-    return importlib.import_module(where)
+    try:
+        return importlib.import_module(where)
+    except Exception as exc:
+        raise SpecError(f"importing {where} raised {type(exc).__name__}: {exc}") from None
