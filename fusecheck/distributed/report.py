@@ -42,10 +42,14 @@ def render(rep: DistReport) -> str:
     if decoded:
         out.append("\nlayer 1 decoded (first failing run):")
         out.extend("  " + line for line in decoded[:12])
+    tags = next((r.get("tags") for r in rep.results if r.get("tags")), None)
+    if tags:
+        out.append(f"\nlayer 1 tags: {tags['scheme']} scheme, {tags['description']}")
     out.append("\ndiagnosis: " + rep.diagnosis.cause)
     if rep.diagnosis.findings:
         out.append(tabulate([f.row() for f in rep.diagnosis.findings], ["finding", "where", "evidence"],
                             tablefmt="github", maxcolwidths=[40, 20, 90]))
+    out.extend(f"note: {c}" for c in rep.caveats)
     return "\n".join(out)
 
 

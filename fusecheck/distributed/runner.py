@@ -53,6 +53,18 @@ class DistReport:
     def exit_code(self) -> int:
         return EXIT[self.status]
 
+    @property
+    def caveats(self) -> list[str]:
+        """What the verdict cannot tell from these runs (said in the report, never silently)."""
+        out = []
+        if self.task.repeat == 1 and self.status == "FAIL":
+            out.append("this verdict rests on one run per shape: a race and a fixed layout bug look alike in one "
+                       "run, so 'communication' or 'layout' may be a race; rerun with --repeat 10 (the default)")
+        elif self.task.repeat == 1:
+            out.append("one run per shape: a race that did not fire in this run is not excluded "
+                       "(--repeat 10, the default, runs each shape ten times)")
+        return out
+
     def to_dict(self) -> dict:
         t = self.task
         whole = self.layers["whole"]
@@ -70,6 +82,8 @@ class DistReport:
             "repeat_stats": {name: rate_summary(s.failed_runs, s.runs) for name, s in self.layers.items()},
             "whole_failure_rate": rate_summary(whole.failed_runs, whole.runs),
             "diagnosis": self.diagnosis.to_dict(),
+            "caveats": self.caveats,
+            "tags": next((r.get("tags") for r in self.results if r.get("tags")), None),
             "elapsed_s": self.elapsed_s,
         }
 
