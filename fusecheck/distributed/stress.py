@@ -2,10 +2,12 @@
 
 Measured here (docs/benchmarks.md): one fixed placement for every call on every rank *lowers* some races'
 rates, because a delay on the rank that owns a race gives its in-flight operation time to finish (a sleep
-before each isend lets the previous one drain the send workspace). So each run picks one straggler rank (or
-none: a plain run), and only the straggler's calls are delayed, each call drawing its own placement (before
-the call, after its wait, both) and magnitude (log-uniform up to --max-delay-ms), or no delay at all. A slow
-peer keeps the other ranks' operations in flight longer (reuse races) and delivers late (read-before-wait).
+before each isend lets the previous one drain the send workspace). So each stressed run picks one
+straggler rank, and only the straggler's calls are delayed, each call drawing its own placement (before the
+call, after its wait, both) and magnitude (log-uniform up to --max-delay-ms), or no delay at all. A slow peer keeps
+the other ranks' operations in flight longer (reuse races) and delivers late (read-before-wait). Even so a
+delay can close a race's window (a straggler that issues the next gather late protects its peers' buffers),
+so the stressed run is added to each repeat's plain run, never substituted for it (task.py).
 The kernel is not modified: the dist functions it calls are wrapped for the duration of the call. Kernels
 that bound a collective at import time (`from torch.distributed import all_reduce`) are not reached.
 """
@@ -40,17 +42,17 @@ class StressConfig:
     max_delay_ms: float = 20.0
     seed: int = 0
     run: int = 0
-    straggler: int | None = None    # the only rank whose calls are delayed in this run; None: a plain run
+    straggler: int | None = None    # the only rank whose calls are delayed in this run; None: none is
 
     @staticmethod
     def for_run(index: int, max_delay_ms: float, seed: int, world: int) -> "StressConfig":
-        """Run `index`'s straggler, drawn among the ranks and "none"; every rank draws the same one."""
-        pick = random.Random(stable_seed(seed, index, "straggler")).randrange(world + 1)
-        return StressConfig(max_delay_ms, seed, index, None if pick == world else pick)
+        """Run `index`'s straggler, drawn among the ranks; every rank draws the same one."""
+        pick = random.Random(stable_seed(seed, index, "straggler")).randrange(world)
+        return StressConfig(max_delay_ms, seed, index, pick)
 
     @property
     def label(self) -> str:
-        return "plain" if self.straggler is None else f"straggler rank {self.straggler}"
+        return "no delays" if self.straggler is None else f"straggler rank {self.straggler}"
 
 
 class _DelayedWork:

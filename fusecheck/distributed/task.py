@@ -61,10 +61,14 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
             for layer, fn in (("comm", comm_layer), ("whole", whole_layer)):
                 if layer not in task.layers:
                     continue
-                emit("enter", f"shape {si} repeat {rep} {layer}")
-                out = fn(ctx(seed, stress))
-                emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
-                                "stress": stress.label if stress else None, **out})
+                # under --stress a repeat runs plain *and* stressed: a delay can hide a race as well as expose
+                # it (docs/benchmarks.md), so the stressed run only ever adds a chance to see it
+                for cfg in (None, stress) if stress else (None,):
+                    name = f"{layer} stressed" if cfg else layer
+                    emit("enter", f"shape {si} repeat {rep} {name}")
+                    out = fn(ctx(seed, cfg))
+                    emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
+                                    **({"variant": "stressed", "stress": cfg.label} if cfg else {}), **out})
             emit("enter", f"shape {si} repeat {rep} barrier")
             # names a rank that stopped answering (rank 0 raises "Ranks N failed to pass monitoredBarrier")
             barrier(group, task.barrier_timeout_s)
