@@ -59,3 +59,13 @@ def test_torch_symm_mem_specs_via_python_fallback(cls):
     with RankPool(2, timeout_s=30) as pool:
         rep = check(CheckTask(ref, spec_kwargs={"impl": "fallback"}, repeat=2), 2, pool=pool)
     assert rep.status == "PASS", render(rep)
+
+
+@pytest.mark.parametrize("ref", KERNELS)
+def test_correct_kernels_pass_the_magnitude_probes_in_fp16(ref):
+    """fp16 has the narrowest range: huge rows (2*sqrt(max) = 512) and tiny/subnormal rows stay correct in a
+    kernel that computes in fp32, and the probes' reference (the op in fp32, rounded once) agrees."""
+    rep = check(CheckTask(ref, dtype="float16", layers=("compute",)), 2)
+    assert rep.status == "PASS", render(rep)
+    variants = {r["variant"] for r in rep.results}
+    assert {v.split(":")[1] for v in variants if v.startswith("magnitude:")} == {"huge", "tiny", "subnormal"}
