@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per shape: layer 1 again with the same tags, layers 2 and 3 with fresh inputs; "
                              "a race varies between runs, a layout bug does not (default: %(default)s)")
     parser.add_argument("--stress", action="store_true",
-                        help="delay one random straggler rank's communication calls per run (placement, magnitude "
-                             "and no delay drawn per call); some runs stay plain")
+                        help="add a run to every repeat in which one random straggler rank's communication calls "
+                             "are delayed (placement, magnitude or no delay drawn per call)")
     parser.add_argument("--max-delay-ms", type=float, default=20.0,
                         help="largest stress delay (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")

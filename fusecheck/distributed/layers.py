@@ -1,9 +1,10 @@
 """The three layers, as run inside one rank: each returns this rank's verdict for one run.
 
-  comm    (layer 1): the kernel with identity compute on position-tagged inputs, vs the collective's invariant,
-                     exact; wrong elements are decoded to source rank/block.
+  comm    (layer 1): the kernel with identity compute on position tags in the op dtype (one or more sub-runs),
+                     vs the collective's invariant, exact; wrong elements are decoded to source rank/block.
   compute (layer 2): the kernel's compute with identity communication, fed what the collective would have
-                     delivered, vs torch ops in the op dtype and in fp64; also with NaN/Inf planted in inputs.
+                     delivered, vs torch ops in the op dtype and in fp64; also with NaN/Inf planted in inputs
+                     and with rows scaled to huge / tiny / subnormal magnitudes.
   whole   (layer 3): the fused kernel vs a torch.distributed collective + torch ops, in the op dtype and fp64.
 """
 from __future__ import annotations
