@@ -194,3 +194,16 @@ def test_time_limit_ends_a_hanging_check_of_the_module_entry():
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "timed out after 4 s" in proc.stderr
+
+
+def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_run(tmp_path, capsys):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "broken.py").write_text(SPEC_TEMPLATE.replace("class Good(", "class _Good(").replace("(Good)", "(_Good)")
+                                      .replace("class UnknownCollective", "class _UnknownCollective"))
+    out = tmp_path / "many.json"
+    code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 2 and [r["status"] for r in data["summary"]] == ["ERROR", "PASS"], data["summary"]
+    assert "raised KeyError" in data["summary"][0]["cause"]
+    assert "fusecheck dist summary: ERROR (exit 2), 2 spec(s)" in capsys.readouterr().out
