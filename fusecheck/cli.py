@@ -26,7 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("fusecheck.matrix", "run the check once per fusion toggle"),
     "toggles": ("fusecheck.passes.cli", "list the fusion toggles, what each does and whether torch supports it"),
     "bisect": ("fusecheck.bisect.cli", "name the pass or fusion that makes compiled worse than eager"),
-    "dist": ("fusecheck.dist.cli", "layered validation of distributed fused comm+compute kernels"),
+    "dist": ("fusecheck.distributed.cli", "layered validation of distributed fused comm+compute kernels"),
 }
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

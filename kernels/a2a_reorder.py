@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, workspace
+from fusecheck.distributed import DistSpec, chunk_bounds, workspace
 
 
 class ReverseAllToAllReorder(DistSpec):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, ops, workspace
+from fusecheck.distributed import DistSpec, chunk_bounds, seeded_randn, ops, workspace
 
 
 class AllGatherGemm(DistSpec):

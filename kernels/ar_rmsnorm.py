@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import DistSpec, chunk_bounds, seeded_randn, workspace
+from fusecheck.distributed import DistSpec, chunk_bounds, seeded_randn, workspace
 
 EPS = 1e-6
 

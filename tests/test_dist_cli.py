@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.dist.cli import main
+from fusecheck.distributed.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 AG = "kernels/ag_gemm.py:AllGatherGemm"
@@ -41,7 +41,7 @@ def test_fail_is_exit_1_with_diagnosis(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["kernels/nope.py:Nothing"], "not found"),
-    (["kernels/ag_gemm.py"], "must look like"),
+    (["kernels/ag_gemm.txt"], "must look like"),
     ([AG, "--shape", "m7"], "key=value"),
     ([AG, "--layers", "comm,magic"], "unknown layer"),
     (["kernels/symm_mem_ops.py:SymmMemAllGatherMatmul"], "needs CUDA GPUs"),
@@ -68,13 +68,142 @@ def test_crash_is_exit_3(capsys):
 
 
 def test_torchrun_entry_point(tmp_path):
-    """`torchrun -m fusecheck.dist`: ranks from RANK/WORLD_SIZE, results gathered to rank 0."""
+    """`torchrun -m fusecheck.distributed`: ranks from RANK/WORLD_SIZE, results gathered to rank 0."""
     out = tmp_path / "t.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "fusecheck.dist", AG, "--backend", "gloo", "--shape", "m=5,k=4,n=3", "--json", str(out)]
+           "-m", "fusecheck.distributed", AG, "--backend", "gloo", "--shape", "m=5,k=4,n=3", "--json", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["status"] == "PASS" and data["world_size"] == 2
     assert all(sorted(r["ranks"]) == ["0", "1"] for layer in data["layers"].values() for r in layer["runs"])
+
+
+# ---- issue 10: spec errors, typed --spec-arg, many specs in one process, --time-limit, help ---------------------
+
+SPEC_TEMPLATE = '''
+import torch
+from fusecheck.distributed import DistSpec, seeded_randn
+
+
+class Good(DistSpec):
+    collective = "all_gather"
+    shapes = [{"m": 4}]
+
+    def __init__(self, rank: int = 0, scale: float = 1.0, names: str = "", flag: bool = False, extra=None):
+        self.args = dict(rank=rank, scale=scale, names=names, flag=flag, extra=extra)
+
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return {"a": seeded_randn((shape["m"], 3), 1000 * seed + rank + 1, dtype)}
+
+    def comm_input(self, inputs):
+        return inputs["a"]
+
+
+class RaisesInMakeInputs(Good):
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        raise KeyError("n")
+
+
+class UnknownCollective(Good):
+    collective = "all_gather_v"
+'''
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "specs.py"
+    path.write_text(SPEC_TEMPLATE)
+    return path
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    from fusecheck.distributed.pool import RankPool
+
+    def refuse(self):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(RankPool, "start", refuse)
+
+
+@pytest.mark.parametrize("cls, extra, message", [
+    ("RaisesInMakeInputs", [], "RaisesInMakeInputs.make_inputs({'m': 4}, rank=0, world=2, seed=0) raised KeyError"),
+    ("UnknownCollective", [], "collective 'all_gather_v' unknown"),
+    ("Good", ["--spec-arg", "rank=nan"], "--spec-arg rank=nan: not a valid int"),
+    ("Good", ["--spec-arg", "flag=maybe"], "not a valid bool"),
+    ("Good", ["--spec-arg", "nope=1"], "--spec-arg nope: no spec's constructor takes it"),
+    ("Good", ["--spec-arg", "rank"], "must be key=value"),
+])
+def test_a_spec_error_is_exit_2_before_any_rank_starts(spec_file, cls, extra, message, capsys, no_ranks):
+    assert main([f"{spec_file}:{cls}", "--world-size", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_spec_args_are_typed_by_the_constructor(spec_file):
+    from fusecheck.distributed.spec import spec_class, typed_spec_args
+    kwargs, unknown = typed_spec_args(spec_class(f"{spec_file}:Good"), [
+        "rank=3", "scale=nan", "names=a,b=c", "flag=true", 'extra={"k": [1, 2]}'])
+    assert unknown == set()
+    assert kwargs["rank"] == 3 and kwargs["scale"] != kwargs["scale"]          # float('nan') only where a float
+    assert kwargs["names"] == "a,b=c" and kwargs["flag"] is True and kwargs["extra"] == {"k": [1, 2]}
+
+
+def test_many_specs_and_a_folder_share_one_pool_one_summary_one_exit_code(tmp_path, capsys):
+    from fusecheck.distributed import runner
+    runner.close_pools()
+    out = tmp_path / "many.json"
+    code = main(["kernels", f"{ROOT}/tests/test_dist_planted.py:WrongRankOrder", "--repeat", "1",
+                 "--layers", "comm", "--json", str(out)])
+    assert code == 1
+    data = json.loads(out.read_text())
+    rows = {r["spec"].rsplit(":", 1)[1]: r for r in data["summary"]}
+    assert rows["WrongRankOrder"]["status"] == "FAIL" and rows["AllGatherGemm"]["status"] == "PASS"
+    assert {rows[k]["status"] for k in ("GemmReduceScatter", "ReverseAllToAllReorder", "AllReduceRMSNorm")} == {"PASS"}
+    import torch
+    if not torch.cuda.is_available():    # the symmetric-memory ops need CUDA: skipped with the reason, not failed
+        assert rows["SymmMemAllGatherMatmul"]["status"] == "SKIP" and "nccl" in rows["SymmMemAllGatherMatmul"]["cause"]
+    assert data["exit_code"] == 1 and len(data["checks"]) == 5
+    assert "fusecheck dist summary: FAIL (exit 1), 7 spec(s)" in capsys.readouterr().out
+    assert len(runner._POOLS) == 1        # one pool of ranks served every check
+
+
+def test_help_describes_repeat_and_the_module_entry_has_a_time_limit(capsys):
+    with pytest.raises(SystemExit):
+        argparse_main(["-h"])
+    text = capsys.readouterr().out
+    assert "--time-limit" in text and "layers 1 and 3" not in text and "default: 10" in text
+    assert main([AG, "--time-limit", "-1"]) == 2
+
+
+def argparse_main(argv):
+    import argparse
+
+    from fusecheck.distributed.cli import add_arguments
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parser.add_argument("--time-limit")
+    parser.parse_args(argv)
+
+
+def test_time_limit_ends_a_hanging_check_of_the_module_entry():
+    cmd = [sys.executable, "-m", "fusecheck.distributed", "tests/test_dist_planted.py:HangsOnRank", "--timeout", "60",
+           "--time-limit", "4", "--repeat", "1", "--layers", "whole"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "timed out after 4 s" in proc.stderr
+
+
+def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_run(tmp_path, capsys):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "broken.py").write_text(SPEC_TEMPLATE.replace("class Good(", "class _Good(").replace("(Good)", "(_Good)")
+                                      .replace("class UnknownCollective", "class _UnknownCollective"))
+    out = tmp_path / "many.json"
+    code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 2 and [r["status"] for r in data["summary"]] == ["ERROR", "PASS"], data["summary"]
+    assert "raised KeyError" in data["summary"][0]["cause"]
+    assert "fusecheck dist summary: ERROR (exit 2), 2 spec(s)" in capsys.readouterr().out

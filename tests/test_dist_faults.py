@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from fusecheck.dist.pool import RankPool
-from fusecheck.dist.runner import check, close_pools
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed.pool import RankPool
+from fusecheck.distributed.runner import check, close_pools
+from fusecheck.distributed.task import CheckTask
 
 PLANTED = "tests/test_dist_planted.py"
 TIMEOUT_S = 2.0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fusecheck.dist import load_spec
-from fusecheck.dist.pool import RankPool
-from fusecheck.dist.report import render
-from fusecheck.dist.runner import check
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed import load_spec
+from fusecheck.distributed.pool import RankPool
+from fusecheck.distributed.report import render
+from fusecheck.distributed.runner import check
+from fusecheck.distributed.task import CheckTask
 
 KERNELS = ["kernels/ag_gemm.py:AllGatherGemm", "kernels/gemm_rs.py:GemmReduceScatter",
            "kernels/a2a_reorder.py:ReverseAllToAllReorder", "kernels/ar_rmsnorm.py:AllReduceRMSNorm"]
@@ -41,11 +41,13 @@ def test_correct_kernels_pass_every_layer(ref, world, dtype, seed):
         assert rep.cross["status"] == "PASS"
 
 
-def test_layer1_tags_widen_when_the_dtype_cannot_hold_them():
-    rep = check(CheckTask(KERNELS[0], dtype="bfloat16", shapes=[{"m": 8, "k": 16, "n": 4}],
-                          layers=("comm",)), 4)
-    assert rep.status == "PASS"
-    assert {r["tag_dtype"] for r in rep.results} == {"float32"}   # 4 x 128 tags > 256, bf16's exact range
+@pytest.mark.parametrize("kernel, world", [(KERNELS[0], 4), ("kernels/ar_rmsnorm.py:AllReduceRMSNorm", 2)])
+def test_layer1_runs_in_the_op_dtype_even_when_positions_do_not_fit_it(kernel, world):
+    rep = check(CheckTask(kernel, dtype="bfloat16", layers=("comm",), shapes=[
+        {"m": 8, "k": 40, "n": 4} if "ag_gemm" in kernel else {"t": 9, "h": 40}]), world)
+    assert rep.status == "PASS", render(rep)
+    assert {r["tag_dtype"] for r in rep.results} == {"bfloat16"}   # 4 x 320 tags > 256, bf16's integer range
+    assert {r["tags"]["scheme"] for r in rep.results} == {"sum" if "rmsnorm" in kernel else "move"}
 
 
 @pytest.mark.parametrize("cls", ["SymmMemAllGatherMatmul", "SymmMemMatmulReduceScatter"])
@@ -57,3 +59,13 @@ def test_torch_symm_mem_specs_via_python_fallback(cls):
     with RankPool(2, timeout_s=30) as pool:
         rep = check(CheckTask(ref, spec_kwargs={"impl": "fallback"}, repeat=2), 2, pool=pool)
     assert rep.status == "PASS", render(rep)
+
+
+@pytest.mark.parametrize("ref", KERNELS)
+def test_correct_kernels_pass_the_magnitude_probes_in_fp16(ref):
+    """fp16 has the narrowest range: huge rows (2*sqrt(max) = 512) and tiny/subnormal rows stay correct in a
+    kernel that computes in fp32, and the probes' reference (the op in fp32, rounded once) agrees."""
+    rep = check(CheckTask(ref, dtype="float16", layers=("compute",)), 2)
+    assert rep.status == "PASS", render(rep)
+    variants = {r["variant"] for r in rep.results}
+    assert {v.split(":")[1] for v in variants if v.startswith("magnitude:")} == {"huge", "tiny", "subnormal"}

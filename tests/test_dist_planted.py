@@ -121,7 +121,7 @@ class SharedRecvBuffer(AllGatherGemm):
     overwrite chunk c before it is consumed. Wrong only when c+1's gather finishes first: a timing race."""
 
     def _recv_buffers(self, a, bounds, world):
-        from fusecheck.dist import workspace
+        from fusecheck.distributed import workspace
         rows = max((e - s for s, e in bounds), default=0)
         shared = workspace.buffer("ag_gemm.shared", (world * rows, a.shape[1]), a.dtype, a.device)
         return [shared[:world * (e - s)] for s, e in bounds]
@@ -150,7 +150,7 @@ class UnseededInputs(AllGatherGemm):
 
 # ---- from the review of `fusecheck dist` (each one broke the tool, not only the kernel) ----------------------
 
-from fusecheck.dist import DistSpec, seeded_randn  # noqa: E402
+from fusecheck.distributed import DistSpec, seeded_randn  # noqa: E402
 
 
 class RingAllGatherP2P(DistSpec):
@@ -210,7 +210,7 @@ class StagingOffByOne(AllGatherGemm):
     element 0 of the staging workspace is never written. No timing involved: must not look like a race."""
 
     def _pipeline(self, a, group, consume):
-        from fusecheck.dist import chunk_bounds, ops, workspace
+        from fusecheck.distributed import chunk_bounds, ops, workspace
         world = dist.get_world_size(group)
         for c, (s, e) in enumerate(chunk_bounds(a.shape[0], int(self.tiling["chunks"]))):
             n = world * (e - s) * a.shape[1]
@@ -267,3 +267,134 @@ class Livelock(AllGatherGemm):
         while flag.item() == 0:
             dist.all_reduce(flag, group=group)
         return super().fused(inputs, group)
+
+
+# ---- from issue 10 (the layer was wrong at default settings) ------------------------------------------------
+
+AllReduceRMSNorm = _load("ar_rmsnorm", "AllReduceRMSNorm")
+
+
+class ReadsAllReduceBeforeWait(AllReduceRMSNorm):
+    """Normalises each chunk as soon as its all-reduce is issued, waiting only at the end: a race."""
+
+    def _pipeline(self, x, group, consume):
+        from fusecheck.distributed import chunk_bounds, workspace
+        bounds = chunk_bounds(x.shape[0], int(self.tiling["chunks"]))
+        works = []
+        for c, (s, e) in enumerate(bounds):
+            buf = workspace.buffer(f"ar_rmsnorm.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
+            buf.copy_(x[s:e])
+            works.append(dist.all_reduce(buf, group=group, async_op=True))
+            consume(s, e, buf)
+        for w in works:
+            w.wait()
+
+
+class UpcastAllReduceNotCopiedBack(AllReduceRMSNorm):
+    """The low-precision path all-reduces an fp32 copy of each chunk and never copies it back (the fp32 path
+    reduces in place): only fp16/bf16 kernels are wrong, so layer 1 must run in the op dtype to see it."""
+
+    def _pipeline(self, x, group, consume):
+        from fusecheck.distributed import chunk_bounds, workspace
+        for c, (s, e) in enumerate(chunk_bounds(x.shape[0], int(self.tiling["chunks"]))):
+            buf = workspace.buffer(f"ar_rmsnorm.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
+            buf.copy_(x[s:e])
+            if buf.dtype in (torch.float16, torch.bfloat16):
+                dist.all_reduce(buf.float(), group=group)
+            else:
+                dist.all_reduce(buf, group=group)
+            consume(s, e, buf)
+
+
+class SquaresInHalf(AllReduceRMSNorm):
+    """Computes the mean square in the op dtype: in fp16 it overflows once |x| > 256 (inputs of ordinary
+    magnitude never show it)."""
+
+    def _norm(self, h, weight):
+        var = h.pow(2).mean(-1, keepdim=True)
+        return (h.float() * torch.rsqrt(var.float() + 1e-6) * weight.float()).to(h.dtype)
+
+
+class MissingEpsilon(AllReduceRMSNorm):
+    """Leaves out the epsilon: wrong only for rows whose mean square is comparable to it (tiny rows)."""
+
+    def _norm(self, h, weight):
+        h32 = h.float()
+        return (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True)) * weight.float()).to(h.dtype)
+
+
+class SkipsCollectiveOnRank(AllReduceRMSNorm):
+    """One rank skips the all-reduce of the last chunk (e.g. a tail condition evaluated per rank)."""
+
+    def __init__(self, rank: int = 1):
+        self.bad_rank = rank
+
+    def _pipeline(self, x, group, consume):
+        from fusecheck.distributed import chunk_bounds, workspace
+        bounds = chunk_bounds(x.shape[0], int(self.tiling["chunks"]))
+        for c, (s, e) in enumerate(bounds):
+            buf = workspace.buffer(f"ar_rmsnorm.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
+            buf.copy_(x[s:e])
+            if not (c == len(bounds) - 1 and dist.get_rank(group) == self.bad_rank):
+                dist.all_reduce(buf, group=group)
+            consume(s, e, buf)
+
+
+class P2PAllGather(DistSpec):
+    """All-gather built from isend/irecv of row chunks through one persistent send workspace; compute = x * 2.
+    `wait_send=0` plants the race: the next chunk is copied into the send workspace before the previous
+    chunk's isend finished (the correct kernel waits for the sends before reusing it)."""
+
+    collective = "all_gather"
+    tiling = {"chunks": 4}
+    shapes = [{"m": 16, "k": 64}]
+
+    def __init__(self, wait_send: bool = True, work_ms: float = 0.0):
+        self.wait_send, self.work_ms = wait_send, work_ms
+
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return {"a": seeded_randn((shape["m"], shape["k"]), 1000 * seed + rank + 1, dtype)}
+
+    def comm_input(self, inputs):
+        return inputs["a"]
+
+    def _gather(self, x, group):
+        from fusecheck.distributed import chunk_bounds, workspace
+        world, rank, m = dist.get_world_size(group), dist.get_rank(group), x.shape[0]
+        out = torch.empty((world * m, x.shape[1]), dtype=x.dtype, device=x.device)
+        out[rank * m:(rank + 1) * m] = x
+        bounds = chunk_bounds(m, int(self.tiling["chunks"]))
+        send = workspace.buffer("p2p.send", (max(e - s for s, e in bounds), x.shape[1]), x.dtype, x.device)
+        recvs, sends = [], []
+        for s, e in bounds:
+            if self.wait_send:
+                for w in sends:
+                    w.wait()
+                sends = []
+            send[:e - s].copy_(x[s:e])
+            for peer in range(world):
+                if peer != rank:
+                    sends.append(dist.isend(send[:e - s], peer, group))
+                    recvs.append(dist.irecv(out[peer * m + s:peer * m + e], peer, group))
+            time.sleep(self.work_ms / 1000)   # the compute that overlaps the sends (narrows the race window)
+        for w in sends + recvs:
+            w.wait()
+        return out
+
+    def fused(self, inputs, group):
+        return self._gather(inputs["a"], group) * 2
+
+    def comm_only(self, x, group):
+        return self._gather(x, group)
+
+    def compute_only(self, delivered, inputs):
+        return delivered * 2
+
+    def compute_golden(self, delivered, inputs):
+        return delivered * 2
+
+    def golden(self, inputs, group):
+        a = inputs["a"]
+        out = [torch.empty_like(a) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, a, group=group)
+        return torch.cat(out, 0) * 2

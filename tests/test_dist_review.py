@@ -12,15 +12,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import stress, workspace
-from fusecheck.dist.cli import main
-from fusecheck.dist.diagnosis import Facts, diagnose
-from fusecheck.dist.pool import RankPool
-from fusecheck.dist.report import render
-from fusecheck.dist.runner import check
-from fusecheck.dist.summary import LayerSummary
-from fusecheck.dist.tags import MOVE, SUM, explain
-from fusecheck.dist.task import CheckTask
+from fusecheck.distributed import stress, workspace
+from fusecheck.distributed.cli import main
+from fusecheck.distributed.diagnosis import Facts, diagnose
+from fusecheck.distributed.pool import RankPool
+from fusecheck.distributed.report import render
+from fusecheck.distributed.runner import check
+from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.tags import MOVE, SUM, explain
+from fusecheck.distributed.task import CheckTask
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "tests/test_dist_planted.py"
@@ -53,30 +54,31 @@ def test_batch_isend_irecv_kernel_passes(batch, stressed):
 # ---- 2. +-Inf in layer 1 is garbage, and the poison is finite in every dtype -------------------------------
 
 @pytest.mark.parametrize("scheme", [MOVE, SUM])
-def test_non_finite_values_decode_as_garbage(scheme):
-    values = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0])
-    kinds = [o.kind for o in scheme.decode(values, 2, 8)]
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_non_finite_values_decode_as_garbage(scheme, dtype):
+    plan = scheme.plan(dtype, 2, 4)
+    specials = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0], dtype=dtype)
+    kinds = [o.kind for o in plan.decode([specials] * plan.subruns)]
     assert kinds == ["garbage", "garbage", "unwritten", "unwritten"]
-    expected = torch.stack([scheme.encode(r, 2, (4,), torch.float32) for r in range(2)]).reshape(-1)
-    got = expected.clone()
-    got[1], got[5] = float("inf"), float("-inf")
-    lines, classes = explain(got, expected, scheme, 2, 4, 1, 1, 0)
+    deliver = COLLECTIVES["all_gather" if scheme is MOVE else "all_reduce"].deliver
+    tags = [plan.encode(r, (4,)) for r in range(2)]
+    expected = [deliver([t[j] for t in tags], 0) for j in range(plan.subruns)]
+    got = [e.clone() for e in expected]
+    got[0][1], got[-1][2] = float("inf"), float("-inf")
+    lines, classes = explain(got, expected, plan, 1, 1, 0)
     assert classes == {"garbage": 2} and lines
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_workspace_poison_is_finite_and_never_a_tag(dtype):
-    from fusecheck.dist.tags import EXACT_INT_LIMIT
     workspace.clear()
     try:
         buf = workspace.buffer("review.poison", (4096,), dtype)
         workspace.poison_all(123)
         assert torch.isfinite(buf).all()
-        limit = EXACT_INT_LIMIT[dtype]
-        # a value is a MOVE tag only if it is an integer in [1, limit]
-        v = buf.double()
-        assert not ((v == v.round()) & (v >= 1) & (v <= limit)).any()
-        assert all(o.kind == "garbage" for o in MOVE.decode(buf, 2, limit // 2))
+        for scheme in (MOVE, SUM):
+            plan = scheme.plan(dtype, 2, 2048)
+            assert all(o.kind == "garbage" for o in plan.decode([buf] * plan.subruns)), scheme.name
     finally:
         workspace.clear()
 
@@ -101,7 +103,7 @@ def test_never_written_workspace_slot_is_layout_not_a_race():
 # ---- 4. only backend errors count as a peer's side effect ---------------------------------------------------
 
 def test_backend_raised_only_for_communication_errors():
-    from fusecheck.dist.worker import backend_raised
+    from fusecheck.distributed.worker import backend_raised
     assert backend_raised(RuntimeError("gloo: Timed out"))
     assert backend_raised(dist.DistBackendError("peer closed"))
     assert not backend_raised(ValueError("peer's tile size"))
@@ -122,7 +124,7 @@ def test_a_ranks_own_exception_is_its_crash_even_if_it_mentions_a_peer(kind):
 # ---- 5. every rank timed out: the rank whose dist calls differ is named ------------------------------------
 
 def test_odd_ones_out_by_phase_and_calls():
-    from fusecheck.dist.pool import _Rank, odd_ones_out
+    from fusecheck.distributed.pool import _Rank, odd_ones_out
 
     def ranks(*calls, phases=None):
         return {r: _Rank(phase=(phases or {}).get(r, "p"), calls=c) for r, c in enumerate(calls)}
@@ -169,11 +171,11 @@ def test_bad_usage_is_exit_2_before_any_rank_starts(argv, message, capsys, monke
 _REPLAY = """
 import time
 import torch.distributed as dist
-from fusecheck.dist import stress
+from fusecheck.distributed import stress
 slept = []
 time.sleep = slept.append
-with stress.injected_delays(stress.StressConfig(20.0, "before_call", 7), rank=1):
-    for _ in range(3):
+with stress.injected_delays(stress.StressConfig(20.0, 7, 0, straggler=1), rank=1):
+    for _ in range(12):
         try:
             dist.all_reduce(None)      # the delay comes first; the call itself then fails (no process group)
         except Exception:
@@ -190,7 +192,7 @@ def test_stress_delays_and_poison_seeds_replay_across_processes():
                               timeout=60)
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(proc.stdout)
-    assert outs[0] == outs[1] and outs[0].count(",") == 2
+    assert outs[0] == outs[1] and outs[0].count(",") >= 2
 
 
 def test_rank_subset_wording_when_every_rank_fails_in_some_run():

@@ -7,65 +7,72 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist import stress
-from fusecheck.dist.backends import BackendUnavailable, select_backend
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.diagnosis import Facts, diagnose
-from fusecheck.dist.stats import wilson_interval
-from fusecheck.dist.summary import LayerSummary
-from fusecheck.dist.tags import MOVE, SUM, explain
+from fusecheck.distributed import stress
+from fusecheck.distributed.backends import BackendUnavailable, select_backend
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.diagnosis import Facts, diagnose
+from fusecheck.distributed.stats import wilson_interval
+from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.tags import MOVE, SUM, explain
 
 
-@pytest.mark.parametrize("scheme", [MOVE, SUM])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("world", [2, 4])
-def test_tags_decode_to_their_source(scheme, world):
-    shape = (5, 3)
-    for rank in range(world):
-        tags = scheme.encode(rank, world, shape, torch.float32)
-        if scheme is MOVE:
-            origins = scheme.decode(tags.reshape(-1), world, 15)
-            assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", (rank,), i) for i in range(15)]
-    if scheme is SUM:
-        total = sum(scheme.encode(r, world, shape, torch.float32) for r in range(world))
-        origins = scheme.decode(total.reshape(-1), world, 15)
-        assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", tuple(range(world)), i) for i in range(15)]
+def test_tags_decode_to_their_source_in_the_op_dtype(dtype, world):
+    numel = 70_000                          # more than fp16/bf16 hold as integers: several sub-runs
+    move = MOVE.plan(dtype, world, numel)
+    assert all(t.dtype is dtype for t in move.encode(0, (numel,)))
+    for rank in (0, world - 1):
+        origins = move.decode([t[-40:] for t in move.encode(rank, (numel,))])
+        assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", (rank,), i) for i in range(numel - 40, numel)]
+    summ = SUM.plan(dtype, world, numel)
+    subs = [COLLECTIVES["all_reduce"].deliver([summ.encode(r, (numel,))[j] for r in range(world)], 0)
+            for j in range(summ.subruns)]
+    origins = summ.decode([t[-40:] for t in subs])
+    assert [(o.kind, o.src, o.offset) for o in origins] == [("tag", tuple(range(world)), i)
+                                                           for i in range(numel - 40, numel)]
 
 
-def test_tag_dtype_is_exact_or_wider():
-    assert MOVE.dtype_for(torch.bfloat16, 2, 64) is torch.bfloat16       # 128 <= 2**8
-    assert MOVE.dtype_for(torch.bfloat16, 4, 100) is torch.float32       # 400 > 2**8: not exact in bf16
-    assert SUM.dtype_for(torch.float32, 4, 2**20) is torch.float64       # 4*(2**20+1)*16 > 2**24
+def test_tag_sub_runs_grow_only_when_the_dtype_cannot_hold_the_position():
+    assert MOVE.plan(torch.bfloat16, 2, 64).subruns == 1
+    assert MOVE.plan(torch.bfloat16, 4, 100_000).subruns == 2       # base 34560 bit patterns per sub-run
+    assert MOVE.plan(torch.float32, 8, 10**8).subruns == 1
+    assert SUM.plan(torch.bfloat16, 4, 100).subruns == 1 + 2        # ranks; offsets in base 64
+    assert "bit patterns of bfloat16" in MOVE.plan(torch.bfloat16, 2, 8).description
 
 
 def _gather(world, shape, swap=None):
-    tags = [MOVE.encode(r, world, shape, torch.float32) for r in range(world)]
+    plan = MOVE.plan(torch.float32, world, int(torch.Size(shape).numel()))
+    tags = [plan.encode(r, shape)[0] for r in range(world)]
     expected = COLLECTIVES["all_gather"].deliver(tags, 0)
     if swap:
         tags[swap[0]], tags[swap[1]] = tags[swap[1]], tags[swap[0]]
-    return torch.cat(tags), expected
+    return torch.cat(tags), expected, plan
 
 
 def test_explain_names_wrong_rank_shift_unwritten_and_garbage():
-    got, expected = _gather(3, (4, 2), swap=(0, 2))
-    lines, classes = explain(got, expected, MOVE, 3, 8, 2, 2, rank=1)
+    got, expected, plan = _gather(3, (4, 2), swap=(0, 2))
+    lines, classes = explain([got], [expected], plan, 2, 2, rank=1)
     assert classes == {"misrouted": 16}
     assert any("hold rank 2's block 0 (row 0) where rank 0's block 0 (row 0) belongs" in l for l in lines)
 
-    got, expected = (t.reshape(-1) for t in _gather(2, (4, 2)))
+    got, expected, plan = (t.reshape(-1) if isinstance(t, torch.Tensor) else t for t in _gather(2, (4, 2)))
     got[2:6] = expected[4:8].clone()       # rank 0's rows 1, 2 hold its rows 2, 3
     got[6:8] = float("nan")                # row 3 never written
     got[8] = 12345.5                       # stale workspace value where rank 1's row 0 belongs
-    lines, classes = explain(got, expected, MOVE, 2, 8, 2, 2, rank=0)
+    lines, classes = explain([got], [expected], plan, 2, 2, rank=0)
     assert classes == {"shifted": 4, "unwritten": 2, "garbage": 1}
     assert any("shifted by +1 row" in l for l in lines)
 
 
-def test_explain_names_a_missing_reduction_contribution():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_explain_names_a_missing_reduction_contribution(dtype):
     world, shape = 3, (2, 2)
-    tags = [SUM.encode(r, world, shape, torch.float32) for r in range(world)]
-    expected = COLLECTIVES["all_reduce"].deliver(tags, 0)
-    got = tags[0] + tags[2]                 # rank 1's contribution lost
-    lines, classes = explain(got, expected, SUM, world, 4, 2, 1, rank=0)
+    plan = SUM.plan(dtype, world, 4)
+    tags = [plan.encode(r, shape) for r in range(world)]
+    expected = [COLLECTIVES["all_reduce"].deliver([t[j] for t in tags], 0) for j in range(plan.subruns)]
+    got = [tags[0][j] + tags[2][j] for j in range(plan.subruns)]      # rank 1's contribution lost
+    lines, classes = explain(got, expected, plan, 2, 1, rank=0)
     assert classes == {"missing_ranks": 4} and "missing rank(s) 1" in lines[0]
 
 
@@ -121,22 +128,33 @@ def test_output_contract_failures_are_not_also_called_interaction_or_layout():
 
 
 def test_stress_wraps_and_restores_dist_calls(monkeypatch):
-    calls = []
+    calls, slept = [], []
 
     class Work:
         def wait(self):
             calls.append("wait")
 
     monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: calls.append("call") or Work())
+    monkeypatch.setattr(stress.time, "sleep", slept.append)
     original = dist.all_reduce
-    cfg = stress.StressConfig(max_delay_ms=30, placement="both", seed=1)
-    t0 = time.perf_counter()
+    cfg = stress.StressConfig(max_delay_ms=30, seed=1, straggler=0)
     with stress.injected_delays(cfg, rank=0):
         assert dist.all_reduce is not original
-        dist.all_reduce(torch.zeros(1), async_op=True).wait()
-    assert dist.all_reduce is original and calls == ["call", "wait"]
-    assert time.perf_counter() - t0 > 0   # delays are random in [0, 30 ms]; wrapping itself is what is tested
-    assert {p for p in stress.PLACEMENTS} == {stress.StressConfig.for_run(i, 1, 0).placement for i in range(3)}
+        for _ in range(40):
+            dist.all_reduce(torch.zeros(1), async_op=True).wait()
+    assert dist.all_reduce is original and calls == ["call", "wait"] * 40
+    # per call: no delay, before the call, after the wait, or both; magnitudes spread over decades up to 30 ms
+    assert 20 <= len(slept) < 80 and max(slept) <= 0.030 and min(slept) < 0.003
+    before = len(slept)
+    with stress.injected_delays(stress.StressConfig(max_delay_ms=30, seed=1, straggler=1), rank=0):
+        for _ in range(10):
+            dist.all_reduce(torch.zeros(1), async_op=True).wait()
+    assert len(slept) == before          # only the straggler's calls are delayed
+
+
+def test_stress_stragglers_cover_every_rank():
+    picks = {stress.StressConfig.for_run(i, 20, 0, 4).straggler for i in range(60)}
+    assert picks == {0, 1, 2, 3}
 
 
 def test_backend_selection_on_this_machine():
@@ -155,7 +173,7 @@ def test_backend_selection_on_this_machine():
 
 @pytest.mark.parametrize("shape", [(5, 3), (3,), (2, 5), (4, 2), (3, 1), (8, 16), (2, 3, 4)])
 def test_planted_specials_leave_a_finite_row_and_column(shape):
-    from fusecheck.dist.layers import plant_specials
+    from fusecheck.distributed.layers import plant_specials
     t = plant_specials(torch.zeros(shape), torch.Generator().manual_seed(3))
     rows = t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
     bad = ~torch.isfinite(rows)
@@ -169,7 +187,7 @@ def test_planted_specials_leave_a_finite_row_and_column(shape):
 def test_planted_specials_in_a_three_column_gemm_operand_keep_finite_outputs():
     """AllGatherGemm's default shape m=2, k=5, n=3: specials in all 3 columns of one row of b made every output
     NaN/Inf, leaving layer 2 nothing finite to judge."""
-    from fusecheck.dist.layers import plant_specials
+    from fusecheck.distributed.layers import plant_specials
     a, b = torch.randn(4, 5), torch.randn(5, 3)
     for seed in range(20):
         out = a @ plant_specials(b, torch.Generator().manual_seed(seed))

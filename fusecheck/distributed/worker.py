@@ -25,8 +25,8 @@ def rank_main(rank: int, world: int, backend_name: str, init_file: str, timeout_
     import torch
     import torch.distributed as dist
 
-    from fusecheck.dist.backends import BACKENDS
-    from fusecheck.dist.task import run_check
+    from fusecheck.distributed.backends import BACKENDS
+    from fusecheck.distributed.task import run_check
 
     torch.set_num_threads(1)
     fill_uninitialized_with_nan(torch)

@@ -12,10 +12,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist.backends import Backend
-from fusecheck.dist.pool import Outcome, is_secondary
-from fusecheck.dist.task import CheckTask, run_check
-from fusecheck.dist.worker import _describe, fill_uninitialized_with_nan
+from fusecheck.distributed.backends import Backend
+from fusecheck.distributed.pool import Outcome, is_secondary
+from fusecheck.distributed.task import CheckTask, run_check
+from fusecheck.distributed.worker import _describe, fill_uninitialized_with_nan
 
 
 class Watchdog:
@@ -40,7 +40,9 @@ class Watchdog:
                 os._exit(3)
 
 
-def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
+def run_under_torchrun(planned: list, backend: Backend, args) -> int:
+    """Every planned check in turn on one process group; rank 0 prints the reports and the summary."""
+    from fusecheck.distributed.cli import finish
     local = int(os.environ.get("LOCAL_RANK", 0))
     backend.prepare(local)
     if not dist.is_initialized():
@@ -48,6 +50,24 @@ def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     fill_uninitialized_with_nan(torch)
     dog = Watchdog(rank, args.timeout + max(2.0, 0.25 * args.timeout))
+    reports, failed = {}, False
+    for p in planned:
+        if p.task is None:
+            continue
+        rep, error = _run_one(p.task, backend, world, rank, local, dog)
+        failed |= error
+        if rep is not None:
+            reports[p.ref] = rep
+    code = finish(planned, reports, args) if rank == 0 else (3 if failed else 0)
+    dog.progress("shut down")
+    dist.barrier()                 # nobody exits while a peer still talks to it (gloo aborts then)
+    dist.destroy_process_group()
+    dog.stop()
+    return code
+
+
+def _run_one(task: CheckTask, backend: Backend, world: int, rank: int, local: int, dog: Watchdog):
+    """One check on this rank; its results gathered to rank 0, which builds the report (others get None)."""
     results, error, t0 = [], None, time.monotonic()
 
     def emit(kind, payload):
@@ -63,18 +83,13 @@ def run_under_torchrun(task: CheckTask, backend: Backend, args) -> int:
     dog.progress("gather results to rank 0")
     gathered = [None] * world if rank == 0 else None
     dist.gather_object((results, error), gathered, dst=0)
-    code = _report(task, backend, args, world, gathered, t0) if rank == 0 else (0 if error is None else 3)
-    dog.progress("shut down")
-    dist.barrier()                 # nobody exits while a peer still talks to it (gloo aborts then)
-    dist.destroy_process_group()
-    dog.stop()
-    return code
+    rep = _report(task, backend, world, gathered, t0) if rank == 0 else None
+    return rep, error is not None
 
 
-def _report(task: CheckTask, backend: Backend, args, world: int, gathered: list, t0: float) -> int:
-    from fusecheck.dist.report import render, write_json
-    from fusecheck.dist.runner import build_report
-    from fusecheck.dist.spec import load_spec
+def _report(task: CheckTask, backend: Backend, world: int, gathered: list, t0: float):
+    from fusecheck.distributed.runner import build_report
+    from fusecheck.distributed.spec import load_spec
     all_results = [r for res, _ in gathered for r in res]
     errors = {r: e for r, (_, e) in enumerate(gathered) if e}
     primary = sorted(r for r, e in errors.items() if not e["secondary"])
@@ -82,12 +97,8 @@ def _report(task: CheckTask, backend: Backend, args, world: int, gathered: list,
         culprits = primary or sorted(errors)
         first = errors[culprits[0]]
         outcome = Outcome("CRASH" if primary else "HANG", culprits, f"rank {culprits[0]}: {first['type']}: "
-                          f"{first['message']}", {}, errors, all_results, time.monotonic() - t0)
+                          f"{first['message']}", "", {}, errors, all_results, time.monotonic() - t0)
     else:
         outcome = Outcome("ok", results=all_results, elapsed_s=time.monotonic() - t0)
-    rep = build_report(task, load_spec(task.spec_ref, **task.spec_kwargs), world, backend.name, outcome,
-                       time.monotonic() - t0)
-    print(render(rep))
-    if args.json:
-        write_json(rep, args.json)
-    return rep.exit_code
+    return build_report(task, load_spec(task.spec_ref, **task.spec_kwargs), world, backend.name, outcome,
+                        time.monotonic() - t0)

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from fusecheck.dist.backends import BACKENDS
-from fusecheck.dist.worker import rank_main
+from fusecheck.distributed.backends import BACKENDS
+from fusecheck.distributed.worker import rank_main
 
 # Exceptions a rank raises because *another* rank failed: not the culprit. Only errors raised by the
 # communication backend (`worker.backend_raised`) are matched; a kernel's own exception never is.
@@ -58,13 +58,14 @@ class Outcome:
     status: str                                       # "ok", "HANG" or "CRASH"
     ranks: list[int] = field(default_factory=list)    # the culprits
     detail: str = ""
+    reason: str = ""                                  # what the culprits did, where known ("skipped ...")
     phases: dict[int, str] = field(default_factory=dict)
     errors: dict[int, dict] = field(default_factory=dict)
     results: list[dict] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "ranks": self.ranks, "detail": self.detail,
+        return {"status": self.status, "ranks": self.ranks, "detail": self.detail, "reason": self.reason,
                 "phases": {str(k): v for k, v in self.phases.items()},
                 "errors": {str(k): v for k, v in self.errors.items()}, "elapsed_s": self.elapsed_s}
 
@@ -77,6 +78,38 @@ class _Rank:
     phase_since: float = 0.0   # last "enter": a phase longer than the phase limit is a livelock, calls or not
     finished: bool = False
     error: dict | None = None
+    history: dict[str, int] = field(default_factory=dict)   # phases left -> dist calls made in them
+
+
+def skipped_collective(ranks: dict, current: bool = False) -> tuple[list[int], str]:
+    """Ranks that left a phase after fewer dist calls than a peer made in it: they skipped a collective their
+    peers entered (the peers then abort on gloo's mismatch or time out, and look like the culprit). Only the
+    first phase where the counts differ is judged: later differences are its consequences. With `current` (a
+    rank aborted on a mismatch), fewer calls in the phase a rank is still in count too: the skipper went on to
+    a collective outside the kernel (the golden's). When most ranks would be named, the others issued a
+    collective their peers never matched: they are named."""
+    def made(r: int, phase: str, final: bool) -> int | None:
+        s = ranks[r]
+        if phase in s.history:
+            return s.history[phase]
+        return s.calls if s.phase == phase and (current or not final) else None
+    order = max((list(s.history) + [s.phase] for s in ranks.values()), key=len)
+    for phase in order:
+        named, evidence = set(), ""
+        for r in ranks:
+            calls = made(r, phase, final=True)
+            if calls is None:
+                continue
+            more = [(q, made(q, phase, False)) for q in ranks if q != r and (made(q, phase, False) or 0) > calls]
+            if more:
+                named.add(r)
+                evidence = evidence or (f"rank {r} made {calls} dist call(s) in phase {phase!r} where rank "
+                                        f"{more[0][0]} made {more[0][1]}")
+        if named:
+            if 2 * len(named) > len(ranks):
+                return sorted(set(ranks) - named), "issued a collective its peers never matched; " + evidence
+            return sorted(named), "skipped a collective its peers entered; " + evidence
+    return [], ""
 
 
 class RankPool:
@@ -210,6 +243,8 @@ class RankPool:
             return
         state.since = time.monotonic()
         if kind == "enter":
+            if state.phase != "start":
+                state.history[state.phase] = state.calls
             state.phase, state.calls, state.phase_since = payload, 0, state.since
         elif kind == "call":
             state.calls += 1
@@ -234,7 +269,16 @@ class RankPool:
     def _crash(self, ranks: dict, primary: list[int], results: list, t0: float) -> Outcome:
         first = ranks[primary[0]].error
         detail = f"rank {primary[0]}: {first['type']}: {first['message']}".strip()
-        return Outcome("CRASH", sorted(primary), detail, {r: s.phase for r, s in ranks.items()},
+        culprits, reason = sorted(primary), ""
+        aborted = all(ranks[r].error.get("type") == "ProcessDied" and "SIGABRT" in ranks[r].error.get("message", "")
+                      or ranks[r].error.get("backend_error") for r in primary)
+        skipped, evidence = skipped_collective(ranks, current=aborted)
+        if skipped and not set(skipped) & set(primary):
+            # the crashed rank is the victim: it aborted on a collective that a peer never issued
+            culprits, reason = skipped, evidence.split("; ", 1)[0]
+            detail = (f"rank(s) {', '.join(map(str, skipped))} {evidence}; then {detail} (a victim of the "
+                      "mismatch: gloo aborts the rank left waiting in the unmatched collective)")
+        return Outcome("CRASH", culprits, detail, reason, {r: s.phase for r, s in ranks.items()},
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
 
     def _livelock(self, ranks: dict, endless: list[int], results: list, t0: float) -> Outcome:
@@ -247,7 +291,7 @@ class RankPool:
                   "polling a flag that is never set with a "
                   "collective); " + "; ".join(f"rank {r} in phase {ranks[r].phase!r} after {ranks[r].calls} dist "
                                               f"call(s)" for r in ranks))
-        return Outcome("HANG", sorted(endless), detail, {r: s.phase for r, s in ranks.items()},
+        return Outcome("HANG", sorted(endless), detail, "", {r: s.phase for r, s in ranks.items()},
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
 
     def _hang(self, ranks: dict, results: list, t0: float) -> Outcome:
@@ -262,7 +306,9 @@ class RankPool:
             fewest = min(ranks[r].calls for r in silent)
             silent = [r for r in silent if ranks[r].calls == fewest]
         timed_out = odd_ones_out(ranks) if not silent and not named else []
-        culprits = sorted(silent or named or timed_out or ranks)
+        skipped, evidence = skipped_collective(ranks)
+        reason = evidence.split("; ", 1)[0] if skipped and not silent else ""
+        culprits = sorted(silent or (skipped if reason else []) or named or timed_out or ranks)
         if silent:
             detail = (f"rank(s) {', '.join(map(str, culprits))} stopped answering for "
                       f"{self.timeout_s + self.grace_s:.1f} s; "
@@ -278,5 +324,7 @@ class RankPool:
                                          for r in ranks))
         if named:
             detail += f"; monitored barrier named rank(s) {sorted(named)}"
-        return Outcome("HANG", culprits, detail, {r: s.phase for r, s in ranks.items()},
+        if reason:
+            detail = f"rank(s) {', '.join(map(str, culprits))} {evidence}; " + detail
+        return Outcome("HANG", culprits, detail, reason, {r: s.phase for r, s in ranks.items()},
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)

@@ -7,13 +7,13 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.diagnosis import Diagnosis, Facts, diagnose
-from fusecheck.dist.pool import Outcome, RankPool
-from fusecheck.dist.spec import DistSpec, load_spec
-from fusecheck.dist.stats import rate_summary
-from fusecheck.dist.summary import LayerSummary, cross_rank, summarize
-from fusecheck.dist.task import LAYERS, CheckTask
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.diagnosis import Diagnosis, Facts, diagnose
+from fusecheck.distributed.pool import Outcome, RankPool
+from fusecheck.distributed.spec import DistSpec, SpecError, load_spec
+from fusecheck.distributed.stats import rate_summary
+from fusecheck.distributed.summary import LayerSummary, cross_rank, summarize
+from fusecheck.distributed.task import LAYERS, CheckTask
 
 EXIT = {"PASS": 0, "FAIL": 1, "ERROR": 2, "HANG": 3, "CRASH": 3}
 
@@ -53,6 +53,18 @@ class DistReport:
     def exit_code(self) -> int:
         return EXIT[self.status]
 
+    @property
+    def caveats(self) -> list[str]:
+        """What the verdict cannot tell from these runs (said in the report, never silently)."""
+        out = []
+        if self.task.repeat == 1 and self.status == "FAIL":
+            out.append("this verdict rests on one run per shape: a race and a fixed layout bug look alike in one "
+                       "run, so 'communication' or 'layout' may be a race; rerun with --repeat 10 (the default)")
+        elif self.task.repeat == 1:
+            out.append("one run per shape: a race that did not fire in this run is not excluded "
+                       "(--repeat 10, the default, runs each shape ten times)")
+        return out
+
     def to_dict(self) -> dict:
         t = self.task
         whole = self.layers["whole"]
@@ -70,6 +82,8 @@ class DistReport:
             "repeat_stats": {name: rate_summary(s.failed_runs, s.runs) for name, s in self.layers.items()},
             "whole_failure_rate": rate_summary(whole.failed_runs, whole.runs),
             "diagnosis": self.diagnosis.to_dict(),
+            "caveats": self.caveats,
+            "tags": next((r.get("tags") for r in self.results if r.get("tags")), None),
             "elapsed_s": self.elapsed_s,
         }
 
@@ -93,7 +107,7 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
           pool: RankPool | None = None, start_method: str | None = None) -> DistReport:
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
-        raise ValueError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+        raise SpecError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
     for module in spec.preload_modules:
         importlib.import_module(module)
     t0 = time.monotonic()
@@ -113,7 +127,7 @@ def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outc
             layers[name].status = "INCOMPLETE"   # asked for, cut short by HANG/CRASH
     cross = cross_rank(results, world) if spec.outputs_agree else {"status": "NOT REQUIRED"}
     facts = Facts(layers["comm"], layers["compute"], layers["whole"], cross, outcome.status, outcome.ranks,
-                  outcome.detail, world)
+                  outcome.detail, world, outcome.reason)
     diagnosis = diagnose(facts)
     if outcome.status != "ok":
         status = outcome.status

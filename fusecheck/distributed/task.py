@@ -13,9 +13,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from fusecheck.dist.layers import RunContext, comm_layer, compute_layer, special_targets, whole_layer
-from fusecheck.dist.spec import load_spec
-from fusecheck.dist.stress import StressConfig, stable_seed
+from fusecheck.distributed.layers import RunContext, comm_layer, compute_layer, probe_variants, whole_layer
+from fusecheck.distributed.spec import load_spec
+from fusecheck.distributed.stress import StressConfig, stable_seed
 from fusecheck.policy import Policy
 
 LAYERS = ("comm", "compute", "whole")
@@ -50,21 +50,25 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
                               poison_seed=stable_seed(task.seed, si, sorted(shape.items())))
         for rep in range(task.repeat):
             seed = task.seed + rep
-            stress = StressConfig.for_run(rep, task.max_delay_ms, seed) if task.stress else None
+            stress = StressConfig.for_run(rep, task.max_delay_ms, seed, world) if task.stress else None
             if "compute" in task.layers:
                 # every repeat's inputs (so a data-dependent compute bug is not mistaken for a race);
-                # NaN/Inf planted in each tensor in turn on the first repeat
-                for special in [None, *(special_targets(ctx(seed)) if rep == 0 else [])]:
-                    emit("enter", f"shape {si} repeat {rep} compute {special or 'finite'}")
+                # on the first repeat also NaN/Inf and magnitude probes in each tensor in turn
+                for variant in [None, *(probe_variants(ctx(seed)) if rep == 0 else [])]:
+                    emit("enter", f"shape {si} repeat {rep} compute {variant or 'finite'}")
                     emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
-                                    **compute_layer(ctx(seed), special)})
+                                    **compute_layer(ctx(seed), variant)})
             for layer, fn in (("comm", comm_layer), ("whole", whole_layer)):
                 if layer not in task.layers:
                     continue
-                emit("enter", f"shape {si} repeat {rep} {layer}")
-                out = fn(ctx(seed, stress))
-                emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
-                                "stress": stress.placement if stress else None, **out})
+                # under --stress a repeat runs plain *and* stressed: a delay can hide a race as well as expose
+                # it (docs/benchmarks.md), so the stressed run only ever adds a chance to see it
+                for cfg in (None, stress) if stress else (None,):
+                    name = f"{layer} stressed" if cfg else layer
+                    emit("enter", f"shape {si} repeat {rep} {name}")
+                    out = fn(ctx(seed, cfg))
+                    emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
+                                    **({"variant": "stressed", "stress": cfg.label} if cfg else {}), **out})
             emit("enter", f"shape {si} repeat {rep} barrier")
             # names a rank that stopped answering (rank 0 raises "Ranks N failed to pass monitoredBarrier")
             barrier(group, task.barrier_timeout_s)

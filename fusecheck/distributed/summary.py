@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from fusecheck.dist.stats import rate_summary
+from fusecheck.distributed.stats import rate_summary
 
 
 @dataclass

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fusecheck.dist.runner import DistReport
-from fusecheck.dist.stats import rate_summary
+from fusecheck.distributed.runner import DistReport
+from fusecheck.distributed.stats import rate_summary
 
 LAYER_TITLES = {"comm": "1 comm alone (exact, tags)", "compute": "2 compute alone (vs fp64)",
                 "whole": "3 whole kernel (vs dist golden)"}
@@ -42,12 +42,50 @@ def render(rep: DistReport) -> str:
     if decoded:
         out.append("\nlayer 1 decoded (first failing run):")
         out.extend("  " + line for line in decoded[:12])
+    tags = next((r.get("tags") for r in rep.results if r.get("tags")), None)
+    if tags:
+        out.append(f"\nlayer 1 tags: {tags['scheme']} scheme, {tags['description']}")
     out.append("\ndiagnosis: " + rep.diagnosis.cause)
     if rep.diagnosis.findings:
         out.append(tabulate([f.row() for f in rep.diagnosis.findings], ["finding", "where", "evidence"],
                             tablefmt="github", maxcolwidths=[40, 20, 90]))
+    out.extend(f"note: {c}" for c in rep.caveats)
     return "\n".join(out)
 
 
-def write_json(rep: DistReport, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(rep.to_dict(), indent=1, default=str))
+STATUS_BY_EXIT = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "HANG/CRASH"}
+
+
+def _row(p, reports: dict) -> dict:
+    rep = reports.get(p.ref)
+    if rep is not None:
+        return {"spec": p.ref, "status": rep.status, "exit_code": rep.exit_code, "cause": rep.diagnosis.cause,
+                "layers": {n: s.status for n, s in rep.layers.items()}, "elapsed_s": rep.elapsed_s}
+    if p.skip:
+        return {"spec": p.ref, "status": "SKIP", "exit_code": 0, "cause": p.skip, "layers": {}, "elapsed_s": 0.0}
+    return {"spec": p.ref, "status": "ERROR", "exit_code": 2, "cause": f"spec error: {p.error}" if p.error else
+            "not run", "layers": {}, "elapsed_s": 0.0}
+
+
+def summary_json(planned: list, reports: dict) -> dict:
+    """Several targets: one row each, one exit code (the worst: a hang or crash over a broken spec over a fail)."""
+    rows = [_row(p, reports) for p in planned]
+    code = max((r["exit_code"] for r in rows), default=0)
+    if not any(r["status"] != "SKIP" for r in rows):
+        code = 2     # nothing could run here: never a PASS
+    return {"tool": "fusecheck dist", "status": STATUS_BY_EXIT[code], "exit_code": code, "summary": rows,
+            "checks": [reports[p.ref].to_dict() for p in planned if p.ref in reports]}
+
+
+def render_summary(planned: list, reports: dict) -> str:
+    data = summary_json(planned, reports)
+    rows = [[r["spec"], r["status"], *(r["layers"].get(n, "-") for n in ("comm", "compute", "whole")),
+             f"{r['elapsed_s']:.1f}", r["cause"]] for r in data["summary"]]
+    return (f"fusecheck dist summary: {data['status']} (exit {data['exit_code']}), {len(rows)} spec(s)\n"
+            + tabulate(rows, ["spec", "verdict", "comm", "compute", "whole", "s", "cause"], tablefmt="github",
+                       maxcolwidths=[None, None, None, None, None, None, 60]))
+
+
+def write_json(rep: DistReport | dict, path: str | Path) -> None:
+    data = rep if isinstance(rep, dict) else rep.to_dict()
+    Path(path).write_text(json.dumps(data, indent=1, default=str))

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from fusecheck.dist.tags import MOVE, SUM, TagScheme
+from fusecheck.distributed.tags import MOVE, SUM, TagScheme
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Tensor collectives under the names of whichever torch is installed (2.13 renamed the *_into_tensor ones).
 
-Looked up at call time, so the stress wrappers (`fusecheck.dist.stress`) see every call.
+Looked up at call time, so the stress wrappers (`fusecheck.distributed.stress`) see every call.
 """
 from __future__ import annotations
 

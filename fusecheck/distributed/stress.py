@@ -1,9 +1,15 @@
-"""Race hunting: random per-rank delays injected around torch.distributed calls while a kernel runs.
+"""Race hunting: random delays injected around torch.distributed calls while a kernel runs.
 
-A delay placement that exposes one race can hide another (a sleep before each call makes read-before-wait
-likely; a sleep after each wait makes it rarer but exposes workspace reuse), so runs cycle through
-several placements. The kernel is not modified: the dist functions it calls are wrapped for the duration.
-Kernels that bound a collective at import time (`from torch.distributed import all_reduce`) are not reached.
+Measured here (docs/benchmarks.md): one fixed placement for every call on every rank *lowers* some races'
+rates, because a delay on the rank that owns a race gives its in-flight operation time to finish (a sleep
+before each isend lets the previous one drain the send workspace). So each stressed run picks one
+straggler rank, and only the straggler's calls are delayed, each call drawing its own placement (before the
+call, after its wait, both) and magnitude (log-uniform up to --max-delay-ms), or no delay at all. A slow peer keeps
+the other ranks' operations in flight longer (reuse races) and delivers late (read-before-wait). Even so a
+delay can close a race's window (a straggler that issues the next gather late protects its peers' buffers),
+so the stressed run is added to each repeat's plain run, never substituted for it (task.py).
+The kernel is not modified: the dist functions it calls are wrapped for the duration of the call. Kernels
+that bound a collective at import time (`from torch.distributed import all_reduce`) are not reached.
 """
 from __future__ import annotations
 
@@ -21,24 +27,32 @@ import torch.distributed.distributed_c10d as c10d
 WRAPPED = ("all_gather_single", "reduce_scatter_single", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "reduce_scatter", "all_reduce",
            "all_to_all_single", "all_to_all", "broadcast", "isend", "irecv", "send", "recv", "batch_isend_irecv")
 
-# placement -> (sleep before the call, sleep after the wait)
+# placement -> (sleep before the call, sleep after the wait); drawn per call, with "none" (no delay)
 PLACEMENTS: dict[str, tuple[bool, bool]] = {
+    "none": (False, False),
     "before_call": (True, False),
     "after_wait": (False, True),
     "both": (True, True),
 }
+DECADES = 3    # delays are log-uniform over [max / 10**DECADES, max]
 
 
 @dataclass(frozen=True)
 class StressConfig:
     max_delay_ms: float = 20.0
-    placement: str = "before_call"
     seed: int = 0
+    run: int = 0
+    straggler: int | None = None    # the only rank whose calls are delayed in this run; None: none is
 
     @staticmethod
-    def for_run(index: int, max_delay_ms: float, seed: int) -> "StressConfig":
-        names = list(PLACEMENTS)
-        return StressConfig(max_delay_ms, names[index % len(names)], seed)
+    def for_run(index: int, max_delay_ms: float, seed: int, world: int) -> "StressConfig":
+        """Run `index`'s straggler, drawn among the ranks; every rank draws the same one."""
+        pick = random.Random(stable_seed(seed, index, "straggler")).randrange(world)
+        return StressConfig(max_delay_ms, seed, index, pick)
+
+    @property
+    def label(self) -> str:
+        return "no delays" if self.straggler is None else f"straggler rank {self.straggler}"
 
 
 class _DelayedWork:
@@ -64,7 +78,7 @@ def stable_seed(*parts) -> int:
 
 @contextlib.contextmanager
 def injected_delays(cfg: StressConfig | None, rank: int, on_call=None):
-    """Wrap dist calls for the duration of the block: random delays (per rank and run) when `cfg` is given,
+    """Wrap dist calls for the duration of the block: random delays on the run's straggler when `cfg` is given,
     and `on_call(name)` before each call (the pool counts calls to tell a hung rank from its waiting peers).
 
     Each function gets one wrapper, set under every module name it has (`torch.distributed.isend` and
@@ -74,12 +88,17 @@ def injected_delays(cfg: StressConfig | None, rank: int, on_call=None):
     if cfg is None and on_call is None:
         yield
         return
-    rng = random.Random(stable_seed(cfg.seed, rank, cfg.placement) if cfg else 0)
-    before, after = PLACEMENTS[cfg.placement] if cfg else (False, False)
+    rng = random.Random(stable_seed(cfg.seed, cfg.run, rank) if cfg else 0)
+    delayed_rank = cfg is not None and cfg.straggler == rank and cfg.max_delay_ms > 0
+    names = list(PLACEMENTS)
     depth = [0]
 
-    def sleep():
-        time.sleep(rng.uniform(0, cfg.max_delay_ms) / 1000)
+    def draw() -> tuple[bool, bool, float]:
+        """This call's (sleep before, sleep after, seconds): placement, magnitude and zero drawn per call."""
+        if not delayed_rank:
+            return False, False, 0.0
+        before, after = PLACEMENTS[rng.choice(names)]
+        return before, after, cfg.max_delay_ms * 10 ** (-DECADES * rng.random()) / 1000
 
     def wrap(fn, name):
         @functools.wraps(fn)
@@ -88,14 +107,17 @@ def injected_delays(cfg: StressConfig | None, rank: int, on_call=None):
                 return fn(*args, **kwargs)
             if on_call is not None:
                 on_call(name)
+            before, after, seconds = draw()
             if before:
-                sleep()
+                time.sleep(seconds)
             depth[0] += 1
             try:
                 out = fn(*args, **kwargs)
             finally:
                 depth[0] -= 1
             if after:
+                def sleep():
+                    time.sleep(seconds)
                 if isinstance(out, list):  # batch_isend_irecv
                     return [_DelayedWork(w, sleep) for w in out]
                 if out is not None and hasattr(out, "wait"):

@@ -1,23 +1,27 @@
 """The three layers, as run inside one rank: each returns this rank's verdict for one run.
 
-  comm    (layer 1): the kernel with identity compute on position-tagged inputs, vs the collective's invariant,
-                     exact; wrong elements are decoded to source rank/block.
+  comm    (layer 1): the kernel with identity compute on position tags in the op dtype (one or more sub-runs),
+                     vs the collective's invariant, exact; wrong elements are decoded to source rank/block.
   compute (layer 2): the kernel's compute with identity communication, fed what the collective would have
-                     delivered, vs torch ops in the op dtype and in fp64; also with NaN/Inf planted in inputs.
+                     delivered, vs torch ops in the op dtype and in fp64; also with NaN/Inf planted in inputs
+                     and with rows scaled to huge / tiny / subnormal magnitudes.
   whole   (layer 3): the fused kernel vs a torch.distributed collective + torch ops, in the op dtype and fp64.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
+from typing import Callable
 
 import torch
 
 from fusecheck.compare import compare, input_error
-from fusecheck.dist import workspace
-from fusecheck.dist.collectives import COLLECTIVES
-from fusecheck.dist.spec import DistSpec
-from fusecheck.dist.stress import StressConfig, injected_delays, stable_seed
-from fusecheck.dist.tags import explain
+from fusecheck.distributed import workspace
+from fusecheck.distributed.collectives import COLLECTIVES
+from fusecheck.distributed.spec import DistSpec
+from fusecheck.distributed.stress import StressConfig, injected_delays, stable_seed
+from fusecheck.distributed.tags import explain
 from fusecheck.policy import Policy
 
 
@@ -91,27 +95,46 @@ def _result(ctx: RunContext, layer: str, cmp, **extra) -> dict:
 
 
 def comm_layer(ctx: RunContext) -> dict:
+    """Layer 1, in the op dtype: the tags' digits go through `comm_only` in one or more sub-runs (all must be
+    exact); a wrong element is decoded from all its sub-runs at once."""
     coll = COLLECTIVES[ctx.spec.collective]
     sources = [ctx.spec.comm_input(i) for i in ctx.all_inputs()]
     bad = coll.precondition(sources, ctx.world)
     if bad:
         return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {bad}"))
     shape, numel = tuple(sources[0].shape), sources[0].numel()
-    tag_dtype = coll.tags.dtype_for(ctx.dtype, ctx.world, numel)
-    tags = [coll.tags.encode(r, ctx.world, shape, tag_dtype).to(ctx.device) for r in range(ctx.world)]
-    expected = coll.deliver(tags, ctx.rank)
-    got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank].clone(), ctx.group)
-    cmp = compare(got, expected, exact=True, exact_reason=f"layer 1 moves exact position tags ({coll.invariant})",
-                  name="comm", policy=ctx.policy)
+    try:
+        plan = coll.tags.plan(ctx.dtype, ctx.world, numel)
+    except ValueError as exc:
+        return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {exc}"))
+    tags = [[t.to(ctx.device) for t in plan.encode(r, shape)] for r in range(ctx.world)]
+    reason = f"layer 1 moves exact position tags ({coll.invariant}; tags: {plan.description})"
+    gots, exps = [], []
+    for sub in range(plan.subruns):
+        expected = coll.deliver([t[sub] for t in tags], ctx.rank)
+        got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank][sub].clone(), ctx.group)
+        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+                and got.device == expected.device):
+            cmp = compare(got, expected, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
+            return _result(ctx, "comm", cmp, decoded=[], classes={}, digest=digest(got),
+                           tag_dtype=_name(plan.dtype), tags=plan.to_dict())
+        gots.append(got.detach())
+        exps.append(expected)
+    got_all, exp_all = torch.stack(gots), torch.stack(exps)
+    cmp = compare(got_all, exp_all, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
     lines, classes = [], {}
-    if not cmp.passed and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+    if not cmp.passed:
         row_len = max(1, numel // max(1, shape[0])) if shape else 1
-        lines, classes = explain(got.detach().cpu(), expected.cpu(), coll.tags, ctx.world, numel, row_len,
+        lines, classes = explain([g.cpu() for g in gots], [e.cpu() for e in exps], plan, row_len,
                                  ctx.spec.block_rows(shape[0] if shape else 1), ctx.rank)
         cmp.notes.extend(lines)
     # tags do not depend on the seed: a deterministic kernel returns the same bits in every repeat
-    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got),
-                   tag_dtype=str(tag_dtype).removeprefix("torch."))
+    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all),
+                   tag_dtype=_name(plan.dtype), tags=plan.to_dict())
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def plant_specials(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -142,33 +165,99 @@ def special_targets(ctx: RunContext) -> list[str]:
     return ["delivered"] + [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
 
 
-def compute_layer(ctx: RunContext, special: str | None = None) -> dict:
-    """Layer 2; `special` names the tensor ("delivered" or an input) that gets NaN/+Inf/-Inf, or None."""
+# magnitude probe -> the largest |x| of the scaled rows, from the dtype's range: squares (and sums of a few
+# squares) overflow; rows so small that an epsilon of 1e-6..1e-5 dominates their mean square; subnormals
+MAGNITUDES: dict[str, Callable[[torch.finfo], float]] = {
+    "huge": lambda fi: 2.0 * math.sqrt(fi.max),
+    "tiny": lambda fi: 16.0 * fi.tiny,
+    "subnormal": lambda fi: fi.tiny / 2,
+}
+
+
+def probe_variants(ctx: RunContext) -> list[str]:
+    """Layer 2's extra variants on the first repeat: NaN/Inf in each tensor, then each magnitude probe on each
+    group of same-shaped tensors (delivered first)."""
+    specials = [f"nan_inf:{t}" for t in special_targets(ctx)]
+    return specials + [f"magnitude:{m}:{t}" for m in MAGNITUDES for t in magnitude_targets(ctx)]
+
+
+def magnitude_targets(ctx: RunContext) -> list[str]:
+    """One name per group of floating tensors that share a shape, e.g. "delivered+residual" (scaled together:
+    an op that adds them would otherwise see ordinary magnitudes again)."""
+    inputs = ctx.inputs(ctx.rank)
+    coll = COLLECTIVES[ctx.spec.collective]
+    shapes = {"delivered": tuple(coll.deliver([ctx.spec.comm_input(i) for i in ctx.all_inputs()], ctx.rank).shape)}
+    shapes.update({k: tuple(v.shape) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()})
+    groups: dict[tuple, list[str]] = {}
+    for name, shape in shapes.items():
+        groups.setdefault(shape, []).append(name)
+    return ["+".join(names) for names in groups.values()]
+
+
+def scale_rows(tensors: dict[str, torch.Tensor], names: list[str], largest: float) -> dict[str, torch.Tensor]:
+    """Copies of `tensors[names]` whose even rows (leading dim; 1-D: all) are scaled together so the largest
+    |x| among them is `largest`; odd rows keep ordinary magnitudes (a row-wise op sees both kinds)."""
+    def rows(t):
+        return t.reshape(t.shape[0], -1)[::2] if t.dim() > 1 else t.reshape(1, -1)
+    peak = max((float(rows(tensors[n].double()).abs().max()) for n in names if tensors[n].numel()), default=0.0)
+    if peak == 0 or not math.isfinite(peak):
+        return {}
+    out = {}
+    for n in names:
+        t = tensors[n].double().clone(memory_format=torch.contiguous_format)
+        if t.numel():
+            rows(t).mul_(largest / peak)
+        out[n] = t.to(tensors[n].dtype)
+    return out
+
+
+def _wide(fn, delivered: torch.Tensor, inputs: dict, dtype: torch.dtype) -> torch.Tensor:
+    """`fn` computed in fp32 (or the op dtype if wider) and rounded once to the op dtype: the reference for
+    magnitude probes, where plain eager ops in fp16/bf16 overflow or underflow as a broken kernel would."""
+    acc = torch.promote_types(dtype, torch.float32)
+    out = fn(delivered.to(acc), _to(inputs, acc))
+    return out.to(dtype) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
+    """Layer 2; `variant` is None (finite inputs), "nan_inf:<tensor>" (NaN/+Inf/-Inf planted there) or
+    "magnitude:<probe>:<tensor>" (rows of that tensor and its same-shaped partners scaled to the probe)."""
     coll = COLLECTIVES[ctx.spec.collective]
     all_inputs = ctx.all_inputs()
     sources = [ctx.spec.comm_input(i) for i in all_inputs]
     bad = coll.precondition(sources, ctx.world)
     if bad:
         return _result(ctx, "compute", input_error("compute", "bad_input", f"{coll.name}: {bad}"))
-    if special is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
+    if variant is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
         return _result(ctx, "compute", input_error(
             "compute", "nondeterministic_inputs", "make_inputs returned different tensors for the same (shape, "
             "rank, world, seed, dtype): layers 1 and 2 regenerate other ranks' inputs and need a pure function"))
-    same = _not_rank_distinct(sources) if special is None else ""
+    same = _not_rank_distinct(sources) if variant is None else ""
     if same:   # layer 3 would pass a kernel that sends rank i's block to rank j's slot
         return _result(ctx, "compute", input_error("compute", "inputs_not_rank_distinct", same))
     delivered, inputs = coll.deliver(sources, ctx.rank), dict(all_inputs[ctx.rank])
-    if special:
+    eager_fn = ctx.spec.compute_golden
+    if variant and variant.startswith("nan_inf:"):
+        special = variant.split(":", 1)[1]
         gen = torch.Generator().manual_seed(ctx.seed * 7919 + ctx.rank)
         if special == "delivered":
             delivered = plant_specials(delivered, gen)
         else:
             inputs[special] = plant_specials(inputs[special], gen)
+    elif variant and variant.startswith("magnitude:"):
+        _, probe, target = variant.split(":", 2)
+        tensors = {"delivered": delivered, **{k: v for k, v in inputs.items()
+                                              if isinstance(v, torch.Tensor) and v.is_floating_point()}}
+        group = target.split("+")
+        scaled = scale_rows(tensors, group, MAGNITUDES[probe](torch.finfo(delivered.dtype)))
+        delivered = scaled.pop("delivered", delivered)
+        inputs.update(scaled)
+        eager_fn = functools.partial(_wide, ctx.spec.compute_golden, dtype=delivered.dtype)
     workspace.poison_all(ctx.seed)
     got = ctx.spec.compute_only(delivered.clone(), _clone(inputs))
-    eager = ctx.spec.compute_golden(delivered.clone(), _clone(inputs))
+    eager = eager_fn(delivered.clone(), _clone(inputs))
     gold = ctx.spec.compute_golden(delivered.double(), _to(inputs, torch.float64))
-    variant = f"nan_inf:{special}" if special else "finite"
+    variant = variant or "finite"
     return _result(ctx, "compute", compare(got, eager, gold, policy=ctx.policy, name=f"compute[{variant}]"),
                    variant=variant)
 

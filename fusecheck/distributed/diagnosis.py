@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from fusecheck.dist.summary import LayerSummary
+from fusecheck.distributed.summary import LayerSummary
 
 
 
@@ -22,6 +22,7 @@ class Facts:
     outcome_ranks: list[int]
     outcome_detail: str
     world: int
+    outcome_reason: str = ""
 
 
 @dataclass
@@ -48,7 +49,8 @@ def _comm_detail(s: LayerSummary) -> str:
 
 def hang_or_crash(f: Facts) -> Finding | None:
     if f.outcome in ("HANG", "CRASH"):
-        return Finding(f"{f.outcome} on rank(s) {', '.join(map(str, f.outcome_ranks))}", "run", f.outcome_detail)
+        who = f"{f.outcome} on rank(s) {', '.join(map(str, f.outcome_ranks))}"
+        return Finding(f"{who}: {f.outcome_reason}" if f.outcome_reason else who, "run", f.outcome_detail)
     return None
 
 
@@ -139,10 +141,21 @@ def communication(f: Facts) -> Finding | None:
 
 def compute(f: Facts) -> Finding | None:
     if f.compute.failed and not f.comm.failed:
-        extra = (" (NaN/Inf propagation: " + ", ".join(f.compute.variants_failed) + ")"
-                 if f.compute.variants_failed and all(v.startswith("nan_inf") for v in f.compute.variants_failed) else "")
+        extra = _probe_kind(f.compute.variants_failed)
         return Finding("compute" + extra, "layer 2 (compute)", f"{_verdicts(f)}; {f.compute.first_failure}")
     return None
+
+
+# layer-2 probe variants (prefix -> how the cause names them) when only they fail, not ordinary inputs
+PROBES = {"nan_inf": "NaN/Inf propagation", "magnitude": "magnitude"}
+
+
+def _probe_kind(variants: list[str]) -> str:
+    kinds = {v.split(":", 1)[0] for v in variants}
+    if not variants or not kinds <= PROBES.keys():
+        return ""
+    return " (" + "; ".join(PROBES[k] + ": " + ", ".join(v.split(":", 1)[1] for v in variants if v.startswith(k))
+                            for k in sorted(kinds)) + ")"
 
 
 def both(f: Facts) -> Finding | None:

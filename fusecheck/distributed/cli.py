@@ -1,0 +1,235 @@
+"""`fusecheck dist SPEC... --world-size N`: check fused communication + compute kernels layer by layer
+(1: communication alone, exact; 2: compute alone, against fp64; 3: the whole kernel) and say which part is wrong.
+
+Exit codes: 0 pass, 1 fail, 2 bad usage or a broken spec, 3 a rank hung or crashed (or a tool error).
+Several specs (or a folder of them) run in one process on one pool of ranks, with one summary and one exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+from fusecheck.distributed.task import LAYERS, CheckTask
+
+DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16", "half": "float16", "fp64": "float64", "float64": "float64"}
+# runs per shape: a race fails some runs or changes layer 1's bits between runs, a layout bug fails all of them
+# the same way. The planted races measured (docs/benchmarks.md; also 14-40 of 40 runs on other machines)
+# fail at least 35 % of runs: with 10 runs a race at 35 % looks constant with probability
+# 0.35**10 + 0.65**10 < 1.4 %, and 10 repeats of the default small shapes take about a second at 2 ranks.
+DEFAULT_REPEAT = 10
+DEFAULT_TIME_LIMIT_S = 3600.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("targets", nargs="+", metavar="SPEC",
+                        help="path/to/kernel.py:SpecClass (a fusecheck.distributed.DistSpec subclass), a .py file "
+                             "(every spec in it) or a folder (every spec in its *.py files)")
+    parser.add_argument("--world-size", type=int, default=2, help="ranks to start (ignored under torchrun) "
+                        "(default: %(default)s)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "hccl"],
+                        help="auto: hccl on NPU, nccl on CUDA, else gloo (default: %(default)s)")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="(default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
+                        help="runs per shape: layer 1 again with the same tags, layers 2 and 3 with fresh inputs; "
+                             "a race varies between runs, a layout bug does not (default: %(default)s)")
+    parser.add_argument("--stress", action="store_true",
+                        help="add a run to every repeat in which one random straggler rank's communication calls "
+                             "are delayed (placement, magnitude or no delay drawn per call)")
+    parser.add_argument("--max-delay-ms", type=float, default=20.0,
+                        help="largest stress delay (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    parser.add_argument("--shape", action="append", default=[], metavar="k=v,...",
+                        help="shape dict for make_inputs, e.g. m=7,k=16,n=8 (repeatable; default: the spec's)")
+    parser.add_argument("--layers", default=",".join(LAYERS), help="subset of comm,compute,whole "
+                        "(default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds a rank may stay silent in one phase before it is reported as HANG "
+                             "(default: %(default)s)")
+    parser.add_argument("--start-method", choices=["fork", "forkserver", "spawn"],
+                        help="how ranks are started (default: fork for gloo, spawn for nccl/hccl)")
+    parser.add_argument("--spec-arg", action="append", default=[], metavar="k=v",
+                        help="constructor argument of the spec(s), typed by the constructor's annotations "
+                             "(int/float/bool/str) or else read as JSON; one per flag, so values may hold commas")
+    parser.add_argument("--policy", help="policy file (TOML/JSON); default: [tool.fusecheck] or built-in")
+    parser.add_argument("--json", help="write the full report (per-layer, per-rank verdicts) here")
+
+
+@dataclass
+class Planned:
+    """One target of the command: the task to run, or why it is skipped / broken."""
+    ref: str
+    task: CheckTask | None = None
+    skip: str = ""       # folder targets that cannot run on this backend
+    error: str = ""      # a folder target whose spec is broken (exit 2)
+
+
+def _shape(item: str) -> dict:
+    out = {}
+    for part in filter(None, item.split(",")):
+        key, sep, val = part.partition("=")
+        if not sep:
+            raise ValueError(f"--shape {part!r} must be key=value")
+        out[key.strip()] = _num(val.strip())
+    return out
+
+
+def _num(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+def check_options(args) -> tuple:
+    layers = tuple(x for x in args.layers.split(",") if x)
+    unknown = set(layers) - set(LAYERS)
+    if unknown:
+        raise ValueError(f"unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYERS)}")
+    if args.repeat < 1 or args.world_size < 1 or not 0 < args.timeout < math.inf:
+        raise ValueError("--repeat and --world-size must be >= 1 and --timeout a finite number > 0")
+    if not 0 <= args.max_delay_ms < math.inf:
+        raise ValueError(f"--max-delay-ms must be a finite number >= 0, not {args.max_delay_ms}")
+    return layers
+
+
+def build_task(args, ref: str, spec_kwargs: dict, layers: tuple) -> CheckTask:
+    from fusecheck.policy import Policy
+    return CheckTask(spec_ref=ref, spec_kwargs=spec_kwargs, shapes=[_shape(s) for s in args.shape],
+                     dtype=DTYPES[args.dtype], seed=args.seed, repeat=args.repeat, stress=args.stress,
+                     max_delay_ms=args.max_delay_ms, layers=layers, policy=Policy.load(args.policy),
+                     barrier_timeout_s=args.timeout)
+
+
+def check_shapes(shapes: list[dict], spec) -> None:
+    """--shape dicts must use exactly the shape names the spec declares (a typo or a missing name would
+    otherwise surface as a KeyError on every rank) with values of the declared kinds."""
+    declared = [dict(s) for s in getattr(spec, "shapes", []) or []]
+    if not shapes or not declared:
+        return
+    names = set().union(*declared)
+    required = set.intersection(*(set(d) for d in declared))
+    for shape in shapes:
+        unknown, missing = sorted(set(shape) - names), sorted(required - set(shape))
+        if unknown or missing:
+            raise ValueError(f"--shape {','.join(f'{k}={v}' for k, v in shape.items())}: "
+                             + "; ".join(filter(None, [f"unknown name(s) {unknown}" if unknown else "",
+                                                       f"missing name(s) {missing}" if missing else ""]))
+                             + f"; the spec's shapes use {sorted(names)}")
+        for key, val in shape.items():
+            kinds = {type(d[key]) for d in declared if key in d}
+            if kinds == {int} and (not isinstance(val, int) or val < 0):
+                raise ValueError(f"--shape {key}={val}: must be an integer >= 0, like the spec's shapes")
+
+
+def plan(args, world: int, backend) -> list[Planned]:
+    """Every target checked before any rank starts. A target named on the command line that is broken or
+    cannot run here raises (exit 2); one found in a file or folder becomes a skipped or broken row."""
+    import torch
+
+    from fusecheck.distributed.spec import expand_targets, load_spec, spec_class, typed_spec_args, validate_spec
+    layers = check_options(args)
+    targets = expand_targets(args.targets)
+    typed, accepted = {}, set()
+    for ref, _ in targets:
+        kwargs, _ = typed_spec_args(spec_class(ref), args.spec_arg)
+        typed[ref] = kwargs
+        accepted |= set(kwargs)
+    unused = {item.partition("=")[0].strip() for item in args.spec_arg} - accepted
+    if unused:
+        raise ValueError(f"--spec-arg {', '.join(sorted(unused))}: no spec's constructor takes it")
+    out = []
+    for ref, explicit in targets:
+        try:
+            task = build_task(args, ref, typed[ref], layers)
+            spec = load_spec(ref, **task.spec_kwargs)
+            supported = getattr(spec, "backends", None)
+            if supported and backend.name not in supported:
+                reason = (f"{ref} runs only on {', '.join(supported)} (selected: {backend.name}); "
+                          f"{spec.requirement()}")
+                if explicit:
+                    raise ValueError(reason)
+                out.append(Planned(ref, skip=reason))
+                continue
+            check_shapes(task.shapes, spec)
+            validate_spec(spec, ref, task.shapes or list(spec.shapes), world, task.seed, getattr(torch, task.dtype))
+            out.append(Planned(ref, task))
+        except ValueError as exc:
+            if explicit:
+                raise
+            out.append(Planned(ref, error=str(exc)))
+    return out
+
+
+def run(args) -> int:
+    from fusecheck.distributed.backends import BackendUnavailable, select_backend
+    under_torchrun = "RANK" in os.environ
+    try:
+        world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.world_size
+        check_options(args)
+        backend = select_backend(args.backend, world if not under_torchrun else 1)
+        planned = plan(args, world, backend)
+    except (ValueError, BackendUnavailable) as exc:  # bad usage or a broken spec: say what, exit 2
+        print(f"fusecheck dist: error: {exc}", file=sys.stderr)
+        return 2
+    if under_torchrun:
+        from fusecheck.distributed.torchrun import run_under_torchrun
+        return run_under_torchrun(planned, backend, args)
+    return _run_pool(planned, world, backend.name, args)
+
+
+def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
+    from fusecheck import watchdog
+    from fusecheck.distributed.runner import check
+    reports = {}
+    for p in planned:
+        if p.task is None:
+            continue
+        watchdog.phase(f"checking {p.ref}")
+        try:
+            reports[p.ref] = check(p.task, world, backend, timeout_s=args.timeout, start_method=args.start_method)
+        except Exception as exc:
+            print(f"fusecheck dist: tool error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 3
+    return finish(planned, reports, args)
+
+
+def finish(planned: list[Planned], reports: dict, args) -> int:
+    """Print every report (and a summary when there are several targets), write the JSON, return the exit code."""
+    from fusecheck.distributed.report import render, render_summary, summary_json, write_json
+    for p in planned:
+        if p.ref in reports:
+            print(render(reports[p.ref]) + "\n")
+        elif p.error:
+            print(f"fusecheck dist: error: {p.error}", file=sys.stderr)
+    if len(planned) > 1:
+        print(render_summary(planned, reports))
+    data = summary_json(planned, reports)
+    if args.json:
+        write_json(reports[planned[0].ref].to_dict() if len(planned) == 1 else data, args.json)
+    return data["exit_code"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fusecheck.distributed` (also the torchrun entry): the same options as `fusecheck dist`."""
+    from fusecheck.watchdog import Watchdog
+    parser = argparse.ArgumentParser(prog="python -m fusecheck.distributed", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
+                        help="wall-clock bound on the whole command; on expiry exit 3 naming the phase "
+                             "(default: %(default)s; 0 = none)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    if not 0 <= args.time_limit < math.inf:
+        print(f"fusecheck dist: error: --time-limit must be a finite number >= 0, not {args.time_limit}",
+              file=sys.stderr)
+        return 2
+    with Watchdog(args.time_limit, "dist"):
+        return run(args)
