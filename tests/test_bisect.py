@@ -228,6 +228,8 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
         ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
               (("decomposition", "d0"), ("decomposition", "d1"), ("pass", "p"))}
         bad = ok["p"] and (ok["d0"] or ok["d1"])   # the pass fires only on decomposed graphs
+        if bad:
+            log.decisions["pass"][-1].fx_nodes = ["sum"]   # what it rewrote
         report = SimpleNamespace(passed=not bad, exit_code=1 if bad else 0, compiled_repeatable=True, census=None)
         return FakeTrial(passed=not bad, severity=10.0 if bad else 0.5, error=None, report=report,
                          decisions=dict(log.decisions), unavailable={}, captured=None)
@@ -236,4 +238,5 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
     result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
     assert result.status == "culprits", result.log
     assert [c.decision.name for c in result.culprits] == ["pass p"]
-    assert any("decomposition" in a for a in result.culprits[0].alternatives)
+    # switching decompositions off removes the pass's rewrite: reported as what enables it, not an alternative
+    assert any("decomposition" in e and "makes no rewrite" in e for e in result.culprits[0].enabled_by)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from fusecheck.bisect import evidence
 from fusecheck.bisect.gates import GATES, Decision, Plan
 from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
 
@@ -31,11 +32,17 @@ class Culprit:
     family_off_passed: bool
     kernels: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)  # other families/decisions that also fixed it
+    enabled_by: list[str] = field(default_factory=list)    # families that only enable or expose it, and why
+
+    @property
+    def chain(self) -> str:
+        """`pass X introduces; refusing decomposition Y hides it because X only matches its output`."""
+        return "; ".join([f"{self.decision.kind} {self.decision.name} introduces"] + self.enabled_by)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.decision.to_dict(), "partial": self.partial, "kernels": self.kernels,
                 "with": self.with_it, "without": self.without_it, "family_off_passed": self.family_off_passed,
-                "alternatives": self.alternatives}
+                "alternatives": self.alternatives, "enabled_by": self.enabled_by, "chain": self.chain}
 
 
 @dataclass
@@ -169,6 +176,15 @@ class Search:
         """Fine-search the candidate families in order; the first whose culprit alone passes wins, else the
         one that improves most. Families whose switch-off also passed are reported as alternatives."""
         found: list[tuple[Culprit, Trial]] = []
+        enabling: dict[str, set[str]] = {}
+        passing = [(f, t) for f, t in candidates if t.passed]
+        if len(passing) > 1:
+            ranked, enabling = evidence.order(current, passing)
+            candidates = ranked + [(f, t) for f, t in candidates if not t.passed]
+            self.say("evidence", "introducer first: " + ", ".join(
+                f"{f} (footprint {evidence.footprint(current, t, f)}"
+                + (f"; switched off, removes {', '.join(sorted(enabling[f]))} decisions" if enabling[f] else "")
+                + ")" for f, t in ranked))
         try:
             for fam, off in candidates:
                 decision = self.fine(fam, off, current)
@@ -189,8 +205,13 @@ class Search:
         culprit, after = min(found, key=lambda f: (not f[1].passed, f[1].severity))
         self.blocked[culprit.decision.kind].add(culprit.decision.key)
         searched = {c.decision.kind for c, _ in found}
-        others = [f for f, t in candidates if t.passed and f not in searched]
-        culprit.alternatives = [f"{f} (switched off, also passes)" for f in others] + \
+        others = [(f, t) for f, t in candidates if t.passed and f not in searched]
+        hides = [(f, t) for f, t in others if culprit.decision.kind in enabling.get(f, ())
+                 or culprit.decision.key not in evidence.acting(t, culprit.decision.kind)]
+        culprit.enabled_by = [evidence.why_hidden(culprit.decision, f, t) for f, t in hides]
+        if culprit.enabled_by:
+            self.say("culprit", culprit.chain)
+        culprit.alternatives = [f"{f} (switched off, also passes)" for f, t in others if (f, t) not in hides] + \
             [f"{c.decision.kind}: {c.decision.name} (held off alone: {'PASS' if t.passed else 'partial'})"
              for c, t in found if c is not culprit]
         if culprit.alternatives:

@@ -10,3 +10,12 @@ class ExpSumChain(torch.nn.Module):      # fusion_pair plant: mean -> exp -> sum
 
 def exp_sum_chain():
     return ExpSumChain(), torch.randn(32, 64)
+
+
+class ScaledSoftmax(torch.nn.Module):    # softmax_pass plant: a softmax the pass matches once decomposed
+    def forward(self, x):
+        return torch.softmax(x * 0.25, -1) * 8.0 + x
+
+
+def scaled_softmax():
+    return ScaledSoftmax(), torch.randn(32, 64) * 4
