@@ -236,7 +236,7 @@ def kernels_of(census: Any, decision: Decision) -> list[str]:
 
 
 def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 40, attribution: bool = True,
-           progress: Callable[[str], None] | None = None) -> BisectResult:
+           progress: Callable[[str], None] | None = None, repro: str | None = None) -> BisectResult:
     """Find the compiler decisions that make `case` compiled worse than eager against the golden."""
     import time
 
@@ -264,6 +264,9 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         if attribution and base is not None and base.report is not None and not base.passed \
                 and base.report.compiled_repeatable:
             attribute_kernels(base)
+        if repro and status == "culprits":
+            from fusecheck.bisect.backend_bisect import inductor_repro
+            s.compiles += inductor_repro(case, s.opts, repro, max_compiles - s.compiles, s.say)
         s.say("done", message)
         census = getattr(base.report, "census", None) if base and base.report else None
         for c in culprits:

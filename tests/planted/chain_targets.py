@@ -19,3 +19,18 @@ class ScaledSoftmax(torch.nn.Module):    # softmax_pass plant: a softmax the pas
 
 def scaled_softmax():
     return ScaledSoftmax(), torch.randn(32, 64) * 4
+
+
+class TanhExpMLP(torch.nn.Module):       # rounding_backend plant: a small graph with one exp among other ops
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.lin1(x))
+        g = torch.exp(h) * 0.5 + h
+        return self.lin2(torch.relu(g - 0.25))
+
+
+def tanh_exp_mlp():
+    return TanhExpMLP(), torch.randn(8, 16)
