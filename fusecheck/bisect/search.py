@@ -246,9 +246,9 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
     kernel_rows: list[Any] = []
 
     def attribute_kernels(base: Trial) -> None:
-        """Per-kernel attribution after the search, in the compiles the search left (each kernel is one)."""
+        """Per-kernel attribution after the search, in the compiles the search left (one per captured graph)."""
         from fusecheck.bisect.attribution import attribute
-        budget = min(16, max_compiles - s.compiles)
+        budget = min(4, max_compiles - s.compiles)   # one compile per captured graph
         if budget <= 0:
             s.say("kernels", "per-kernel attribution skipped: --max-compiles spent")
             return
