@@ -19,6 +19,12 @@ from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
 FAMILY_ORDER = ["fusion", "inlining", "pattern", "decomposition", "lowering", "pass", "config"]
 
 
+class _Passed:
+    """Stands for a switch-off probe known to pass (the fine search's 'bad' is then 'fails')."""
+    passed = True
+    severity = 0.0
+
+
 class BudgetSpent(Exception):
     """--max-compiles reached."""
 
@@ -59,6 +65,7 @@ class BisectResult:
     kernels: list[Any] = field(default_factory=list)   # per-kernel attribution rows
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
+    no_inductor: int = 0            # of `compiles`: probes that ran no Inductor compile
 
     @property
     def exit_code(self) -> int:
@@ -70,7 +77,7 @@ class BisectResult:
                 "baseline": self.baseline, "final": self.final,
                 "culprits": [c.to_dict() for c in self.culprits], "unavailable": self.unavailable,
                 "kernels": [k.to_dict() if hasattr(k, "to_dict") else k for k in self.kernels],
-                "seconds": self.seconds, "log": self.log}
+                "seconds": self.seconds, "log": self.log, "no_inductor": self.no_inductor}
 
 
 class Search:
@@ -84,6 +91,8 @@ class Search:
         self.blocked: dict[str, set[str]] = {k: set() for k in GATES}
         self.lines: list[str] = []
         self.unavailable: dict[str, str] = {}
+        self.cheap = 0                  # probes without an Inductor compile (aot_eager_decomp_partition)
+        self.inert: set[str] = set()    # families whose switch-off changed no number: not re-probed
 
     # -- probes ----------------------------------------------------------------------------------
     def say(self, stage: str, msg: str) -> None:
@@ -99,11 +108,13 @@ class Search:
             plans[limit[0]] = Plan(limit[1], plans[limit[0]].blocked)
         return plans
 
-    def probe(self, capture: bool = False, **plan_args: Any) -> Trial:
+    def probe(self, capture: bool = False, backend: str = "inductor", **plan_args: Any) -> Trial:
         if self.compiles >= self.max_compiles:
             raise BudgetSpent
         self.compiles += 1
-        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture)
+        if backend != "inductor":
+            self.cheap += 1
+        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture, backend=backend)
         self.unavailable.update(trial.unavailable)
         return trial
 
@@ -121,7 +132,10 @@ class Search:
         passing: list[tuple[str, Trial]] = []
         best: tuple[str, Trial] | None = None
         skipped: list[str] = []
-        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f)]:
+        inert = [f for f in FAMILY_ORDER if f in self.inert and current.decisions.get(f)]
+        if inert:
+            self.say("coarse", f"not re-probed ({', '.join(inert)}): switching them off changed no number before")
+        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f) and f not in self.inert]:
             if passing and self.max_compiles - self.compiles - 1 < self.fine_cost(passing[0][0], current):
                 skipped.append(fam)
                 continue
@@ -129,6 +143,8 @@ class Search:
             verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
                                                else f"FAIL severity {t.severity:.3g}")
             self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
+            if not t.error and t.summary()["rows"] == current.summary()["rows"]:
+                self.inert.add(fam)   # not a bit of the error moved: this family cannot matter
             if t.passed:
                 passing.append((fam, t))
             elif not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
@@ -137,7 +153,7 @@ class Search:
             self.say("coarse", f"not probed ({', '.join(skipped)}): budget kept for searching {passing[0][0]}")
         return passing or ([best] if best else [])
 
-    def fine(self, fam: str, off: Trial, current: Trial) -> Decision:
+    def fine(self, fam: str, off: Trial, current: Trial, backend: str = "inductor") -> Decision:
         """Smallest k such that allowing the first k decisions of `fam` is bad; the culprit is #k-1.
         A probe that does not compile counts as bad (the refusal it needs is not the culprit's)."""
         decisions = current.decisions[fam]
@@ -150,10 +166,10 @@ class Search:
         lo, hi = 0, len(decisions)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            t = self.probe(limit=(fam, mid))
+            t = self.probe(limit=(fam, mid), backend=backend)
             is_bad = bad(t)
             what = f"compile error: {t.error[:200]}" if t.error else f"severity {t.severity:.3g}"
-            self.say("fine", f"suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
+            self.say("fine", f"{'[no Inductor] ' if backend != 'inductor' else ''}suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
                      f" ({what})")
             if is_bad:
                 hi = mid
@@ -161,16 +177,40 @@ class Search:
                 lo = mid
         return decisions[hi - 1]
 
-    def confirm(self, fam: str, decision: Decision, off: Trial, current: Trial) -> Trial:
+    def confirm(self, fam: str, decision: Decision, off: Trial, current: Trial, force: bool = False) -> Trial:
         """One probe with the suspect held off; a family of one decision reuses its switch-off probe."""
         self.blocked[fam].add(decision.key)
-        if len(current.decisions[fam]) == 1:
+        if len(current.decisions[fam]) == 1 and not force:
             return off
         try:
             return self.probe()
         except BudgetSpent:
             self.blocked[fam].discard(decision.key)
             raise
+
+    def decompositions_first(self, current: Trial, culprits: list[Culprit]) -> Trial:
+        """Decomposition culprits without an Inductor compile: one probe with aot_eager_decomp_partition
+        (Inductor's decomposition table, graph run eagerly). If even that is worse than eager, a
+        decomposition introduces the error: it is bisected with such probes and confirmed by one Inductor
+        compile. If it passes, decompositions can only enable something, and the coarse stage decides."""
+        decisions = current.decisions.get("decomposition") or []
+        if len(decisions) < 1 or (self.opts.kinds and "decomposition" not in self.opts.kinds):
+            return current
+        cheap = self.probe(backend="aot_eager_decomp_partition")
+        self.say("decomp", f"aot_eager_decomp_partition (no Inductor): "
+                 + ("PASS" if cheap.passed else f"compile error: {cheap.error[:160]}" if cheap.error
+                    else f"FAIL severity {cheap.severity:.3g}: a decomposition introduces an error"))
+        if cheap.passed or cheap.error or not cheap.decisions.get("decomposition"):
+            return current
+        decision = self.fine("decomposition", _Passed(), cheap, backend="aot_eager_decomp_partition")
+        after = self.confirm("decomposition", decision, _Passed(), current, force=True)
+        self.say("confirm", f"decomposition #{decision.index}: {decision.name} -> held off (Inductor): "
+                 f"{'PASS' if after.passed else 'FAIL'} severity {current.severity:.3g} -> {after.severity:.3g}")
+        if not (after.passed or after.severity < current.severity):
+            self.blocked["decomposition"].discard(decision.key)
+            return current
+        culprits.append(Culprit(decision, not after.passed, current.summary(), after.summary(), False))
+        return after
 
     def choose(self, current: Trial, candidates: list[tuple[str, Trial]]) -> tuple[Culprit | None, Trial | None]:
         """Fine-search the candidate families in order; the first whose culprit alone passes wins, else the
@@ -274,7 +314,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         return BisectResult(status, message, base.summary() if base else None, culprits, s.compiles, max_compiles,
                             {k: len(v) for k, v in (base.decisions if base else {}).items()},
                             final.summary() if final else None, s.unavailable, kernel_rows,
-                            time.perf_counter() - t0, s.lines)
+                            time.perf_counter() - t0, s.lines, s.cheap)
 
     try:
         base = s.probe(capture=attribution)
@@ -296,6 +336,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
 
     current = base
     try:
+        current = s.decompositions_first(current, culprits)
         while not current.passed:
             candidates = s.coarse(current)
             if not candidates:
