@@ -143,7 +143,8 @@ class Search:
             verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
                                                else f"FAIL severity {t.severity:.3g}")
             self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
-            if not t.error and t.summary()["rows"] == current.summary()["rows"]:
+            rows = t.summary().get("rows")
+            if not t.error and rows and rows == current.summary().get("rows"):
                 self.inert.add(fam)   # not a bit of the error moved: this family cannot matter
             if t.passed:
                 passing.append((fam, t))
