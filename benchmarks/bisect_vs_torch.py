@@ -117,9 +117,10 @@ def run_torch(c: BenchCase, mode: str) -> dict:
     case = _case(c)
     prepared = prepare_case(case, resolve_dtype(c.dtype), "cpu")
     model, (x,) = prepared.model, prepared.inputs
+    as_tuple = lambda o: o if isinstance(o, tuple) else (o,)  # noqa: E731  (some targets return two outputs)
     with torch.no_grad():
-        ref = model(x)
-    tol = Policy().tolerance(ref.dtype)
+        ref = as_tuple(model(x))
+    tol = Policy().tolerance(ref[0].dtype)
     calls = 0
 
     def good() -> bool:
@@ -127,10 +128,10 @@ def run_torch(c: BenchCase, mode: str) -> dict:
         calls += 1
         torch._dynamo.reset()
         with torch.no_grad():
-            out = torch.compile(model)(x)
+            out = as_tuple(torch.compile(model)(x))
         if mode == "bitwise":
-            return bool(torch.equal(out, ref))
-        return bool(torch.allclose(out, ref, rtol=tol.rtol, atol=tol.atol))
+            return all(bool(torch.equal(o, r)) for o, r in zip(out, ref))
+        return all(bool(torch.allclose(o, r, rtol=tol.rtol, atol=tol.atol)) for o, r in zip(out, ref))
 
     t = time.perf_counter()
     with torch._inductor.config.patch(force_disable_caches=True):
