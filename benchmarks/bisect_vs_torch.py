@@ -32,7 +32,10 @@ from fusecheck.case import Case  # noqa: E402
 from fusecheck.golden import prepare_case  # noqa: E402
 from fusecheck.devices import resolve_dtype  # noqa: E402
 from fusecheck.policy import Policy  # noqa: E402
-from tests.planted import decomposition, fusion, inlining, lowering, pattern_pass, targets  # noqa: E402
+from tests.planted import (chain_targets, decomposition, fusion, fusion_pair, inlining, lowering,  # noqa: E402
+                           pattern_pass, softmax_pass, targets)
+
+LOSSY_BACKEND = "tests/planted/rounding_backend.py:lossy_exp_backend"
 
 
 @dataclass
@@ -42,6 +45,7 @@ class BenchCase:
     builder: object
     dtype: str | None
     planted: list[tuple[str, str, tuple[str, ...]]]  # per culprit: (kind, names it exactly, comes near)
+    backend: str = "inductor"
 
 
 CASES = [
@@ -55,6 +59,13 @@ CASES = [
     BenchCase("decomposition + inlining", [decomposition, inlining], targets.standardize_exp, None,
               [("decomposition", "var_mean", ("var_mean",)), ("inlining", "exp", ("exp", "mul"))]),
     BenchCase("benign (bf16, bits only)", [], targets.benign, "bf16", []),
+    # issue 9: a pass enabled by a decomposition; a pair-only fusion bug in a chain; a custom backend
+    BenchCase("pass on decomposed softmax", [softmax_pass], chain_targets.scaled_softmax, None,
+              [("pass", "LossySoftmaxSum", ("post_grad_custom_post_pass",))]),
+    BenchCase("fusion pair in a chain", [fusion_pair], chain_targets.exp_sum_chain, None,
+              [("fusion", "+ [sum_1]", ("exp", "sum"))]),
+    BenchCase("custom backend rounds exp", [], chain_targets.tanh_exp_mlp, None,
+              [("subgraph", "exp (exp)", ("exp",))], backend=LOSSY_BACKEND),
 ]
 
 
@@ -85,22 +96,31 @@ def _score(named: list[tuple[str, str]], planted: list[tuple[str, str, tuple[str
 
 def run_fusecheck(c: BenchCase) -> dict:
     t = time.perf_counter()
-    r = bisect(_case(c), TrialOptions(dtype=c.dtype), max_compiles=40)
+    if c.backend != "inductor":
+        from fusecheck.bisect.backend_bisect import bisect_backend
+        r = bisect_backend(_case(c), c.backend, TrialOptions(dtype=c.dtype), max_compiles=40)
+    else:
+        r = bisect(_case(c), TrialOptions(dtype=c.dtype), max_compiles=40)
     named = [(x.decision.kind, x.decision.name) for x in r.culprits]
     text = "; ".join(f"{k}: {n}" + (" (partial)" if x.partial else "") for (k, n), x in zip(named, r.culprits))
     return {"compiles": r.compiles, "seconds": time.perf_counter() - t,
-            "named": text or r.status, "score": _score(named, c.planted)}
+            "named": (text or r.status) + (f" [{r.no_inductor} of the compiles without Inductor]" if r.no_inductor else ""),
+            "score": _score(named, c.planted)}
 
 
 def run_torch(c: BenchCase, mode: str) -> dict:
     from torch._inductor.compiler_bisector import CompilerBisector
 
+    if c.backend != "inductor":   # CompilerBisector only switches Inductor's own stages and subsystems
+        return {"compiles": 0, "seconds": 0.0, "named": "n/a: bisects Inductor only, not a custom backend",
+                "score": "n/a"}
     case = _case(c)
     prepared = prepare_case(case, resolve_dtype(c.dtype), "cpu")
     model, (x,) = prepared.model, prepared.inputs
+    as_tuple = lambda o: o if isinstance(o, tuple) else (o,)  # noqa: E731  (some targets return two outputs)
     with torch.no_grad():
-        ref = model(x)
-    tol = Policy().tolerance(ref.dtype)
+        ref = as_tuple(model(x))
+    tol = Policy().tolerance(ref[0].dtype)
     calls = 0
 
     def good() -> bool:
@@ -108,10 +128,10 @@ def run_torch(c: BenchCase, mode: str) -> dict:
         calls += 1
         torch._dynamo.reset()
         with torch.no_grad():
-            out = torch.compile(model)(x)
+            out = as_tuple(torch.compile(model)(x))
         if mode == "bitwise":
-            return bool(torch.equal(out, ref))
-        return bool(torch.allclose(out, ref, rtol=tol.rtol, atol=tol.atol))
+            return all(bool(torch.equal(o, r)) for o, r in zip(out, ref))
+        return all(bool(torch.allclose(o, r, rtol=tol.rtol, atol=tol.atol)) for o, r in zip(out, ref))
 
     t = time.perf_counter()
     with torch._inductor.config.patch(force_disable_caches=True):

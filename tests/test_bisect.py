@@ -80,6 +80,7 @@ def test_fusion_culprit_named_with_nodes_and_kernel(fusion_result):
     # per-kernel attribution names the same kernel as worse than eager, on its own
     worse = {r.kernel for r in fusion_result.kernels if r.worse}
     assert set(c.kernels) & worse
+    assert any("kernel outputs judged alone (1 compiles)" in line for line in fusion_result.log)  # one, not per kernel
 
 
 def test_inlining_culprit_named(inlining_result):
@@ -223,11 +224,14 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
         def summary(self):
             return {"passed": self.passed, "severity": self.severity}
 
-    def fake_run_trial(case, opts, plans, capture=False):
+    def fake_run_trial(case, opts, plans, capture=False, backend="inductor"):
         log = DecisionLog(plans)
         ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
               (("decomposition", "d0"), ("decomposition", "d1"), ("pass", "p"))}
-        bad = ok["p"] and (ok["d0"] or ok["d1"])   # the pass fires only on decomposed graphs
+        # the pass fires only on decomposed graphs, and only in Inductor (not under aot_eager_decomp_partition)
+        bad = backend == "inductor" and ok["p"] and (ok["d0"] or ok["d1"])
+        if bad:
+            log.decisions["pass"][-1].fx_nodes = ["sum"]   # what it rewrote
         report = SimpleNamespace(passed=not bad, exit_code=1 if bad else 0, compiled_repeatable=True, census=None)
         return FakeTrial(passed=not bad, severity=10.0 if bad else 0.5, error=None, report=report,
                          decisions=dict(log.decisions), unavailable={}, captured=None)
@@ -236,4 +240,5 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
     result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
     assert result.status == "culprits", result.log
     assert [c.decision.name for c in result.culprits] == ["pass p"]
-    assert any("decomposition" in a for a in result.culprits[0].alternatives)
+    # switching decompositions off removes the pass's rewrite: reported as what enables it, not an alternative
+    assert any("decomposition" in e and "makes no rewrite" in e for e in result.culprits[0].enabled_by)

@@ -2,10 +2,11 @@
 
 During the baseline compile, `capturing()` keeps every post-grad graph Inductor lowered and the real
 inputs its compiled graph was first called with. Afterwards each graph is replayed eagerly (giving every
-intermediate value), and for each generated kernel in the kernel census (FX node -> kernel, from
-Inductor's provenance) the kernel's FX subgraph is cut out and run three ways on the same inputs:
-compiled alone by Inductor (the kernel), eagerly in the run dtype (the reference) and eagerly in fp64
-(the golden). The core `compare` gives the verdict per kernel output, so kernels worse than eager are
+intermediate value), and every generated kernel in the kernel census (FX node -> kernel, from Inductor's
+provenance) has its FX subgraph cut out; all of a graph's pieces are put side by side in one graph (each
+reading its own inputs) and run three ways on the same inputs: compiled by Inductor in ONE compile (the
+kernels), eagerly in the run dtype (the reference) and eagerly in fp64 (the golden). A failure is one
+line per graph, never an internal repr. The core `compare` gives the verdict per kernel output, so kernels worse than eager are
 named directly, on CPU as on GPU (no Triton-only intermediate hooks needed).
 """
 from __future__ import annotations
@@ -106,28 +107,6 @@ class _Recorder(fx.Interpreter):
         return out
 
 
-def cut_subgraph(gm: fx.GraphModule, names: set[str]) -> tuple[fx.GraphModule, list[str], list[str]] | None:
-    """The subgraph of `names` (call_function nodes), its external input names and its output names."""
-    nodes = [n for n in gm.graph.nodes if n.name in names and n.op == "call_function"]
-    if not nodes:
-        return None
-    inside = {n.name for n in nodes}
-    g = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    ext: list[str] = []
-    for n in nodes:
-        for a in n.all_input_nodes:
-            if a.name not in inside and a not in env:
-                env[a] = g.placeholder(a.name)
-                ext.append(a.name)
-        env[n] = g.node_copy(n, lambda a: env[a])
-    outs = [n for n in nodes if any(u.name not in inside for u in n.users)]
-    if not outs:
-        return None
-    g.output(tuple(env[n] for n in outs))
-    return fx.GraphModule(gm, g), ext, [n.name for n in outs]
-
-
 def _kernels(census: Any, graph: int) -> list[tuple[str, list[str]]]:
     out = []
     for kid in census.kernels:
@@ -137,10 +116,49 @@ def _kernels(census: Any, graph: int) -> list[tuple[str, list[str]]]:
     return out
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one readable line: no object reprs with addresses, no multi-line dumps."""
+    import re
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = re.sub(r"<(function|bound method|class|object)? ?([\w.<>]+?)(?: object)? at 0x[0-9a-f]+>", r"\2", text)
+    text = re.sub(r"\[?<function [^\]]*", "...", text)
+    if "output spec mismatch" in text:
+        text = "output spec mismatch (AOTAutograd re-tracing the cut-out graph changed its outputs)"
+    return f"{type(exc).__name__}: {text[:140]}"
+
+
+def combined(gm: fx.GraphModule, kernels: list[tuple[str, list[str]]], values: dict[str, Any]):
+    """Every kernel's FX subgraph side by side in one graph, each reading its own inputs from placeholders:
+    one Inductor compile reproduces every kernel's fusion (the pieces share no data, so they cannot fuse
+    vertically). Returns (graph module, args, [(kernel, fx names, output name)])."""
+    g = fx.Graph()
+    args: list[Any] = []
+    outs: list[fx.Node] = []
+    meta: list[tuple[str, list[str], str]] = []
+    for i, (kernel, names) in enumerate(kernels):
+        nodes = [n for n in gm.graph.nodes if n.name in set(names) and n.op == "call_function"]
+        inside = {n.name for n in nodes}
+        env: dict[fx.Node, fx.Node] = {}
+        for n in nodes:
+            for a in n.all_input_nodes:
+                if a.name not in inside and a not in env:
+                    env[a] = g.placeholder(f"k{i}_{a.name}")
+                    args.append(values[a.name])
+            env[n] = g.node_copy(n, lambda a: env[a])
+        for n in nodes:
+            if any(u.name not in inside for u in n.users) and isinstance(values.get(n.name), torch.Tensor) \
+                    and values[n.name].is_floating_point():
+                outs.append(env[n])
+                meta.append((kernel, sorted(names), n.name))
+    g.output(tuple(outs))
+    return fx.GraphModule(gm, g), args, meta
+
+
 def attribute(cap: Captured, census: Any, policy: Any, *,
               max_kernels: int = 16) -> tuple[list[KernelRow], list[str], int]:
-    """Judge each generated kernel of the captured compile, at most `max_kernels` compiles (the bisection's
-    budget: each kernel is re-compiled). Returns rows, notes (what was skipped) and the compiles used."""
+    """Judge each generated kernel of the captured compile: all kernels of a graph are re-compiled together
+    in one Inductor compile (one per captured graph, at most `max_kernels` graphs). Returns rows, notes (what
+    was skipped, one line each) and the compiles used."""
     from torch._inductor.compile_fx import compile_fx
 
     rows: list[KernelRow] = []
@@ -156,35 +174,29 @@ def attribute(cap: Captured, census: Any, policy: Any, *,
         if len(placeholders) != len(cap.inputs[g]):
             notes.append(f"graph {g}: {len(placeholders)} placeholders but {len(cap.inputs[g])} inputs; skipped")
             continue
+        if done >= max_kernels:
+            notes.append(f"graph {g}: not attributed (--max-compiles)")
+            continue
         rec = _Recorder(gm)
         with torch.no_grad():
             rec.run(*cap.inputs[g])
-        for kernel, fx_names in _kernels(census, g):
-            if done >= max_kernels:
-                notes.append(f"stopped after {max_kernels} kernel compiles (--max-compiles / 16-kernel cap)")
-                return rows, notes, done
-            cut = cut_subgraph(gm, set(fx_names))
-            if cut is None:
-                continue
-            sub, ext, outs = cut
-            args = [rec.values[a] for a in ext]
-            done += 1  # a compile, whether or not it succeeds
-            try:
-                with torch.no_grad():
-                    kernel_out = compile_fx(sub, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])(*args)
-                    golden_out = sub(*cast_tree(args, torch.float64))
-            except Exception as exc:  # one kernel failing to re-run must not hide the others
-                notes.append(f"{kernel}: not attributed ({type(exc).__name__}: {str(exc)[:120]})")
-                continue
-            kernel_out = kernel_out if isinstance(kernel_out, (tuple, list)) else (kernel_out,)
-            for name, got, gold in zip(outs, kernel_out, golden_out):
-                ref = rec.values[name]
-                if not (isinstance(got, torch.Tensor) and got.is_floating_point()):
-                    continue
-                c = compare(got, ref, gold.to(ref.dtype) if gold.dtype != torch.float64 else gold,
-                            policy=policy, name=name)
-                rows.append(KernelRow(g, kernel, sorted(fx_names), name, c.verdict.status.value, c.verdict.code,
-                                      getattr(c.vs_golden, "rmse", float("nan")),
-                                      getattr(c.reference_vs_golden, "rmse", float("nan")), c.error_ratio,
-                                      "kernel re-compiled alone from its FX subgraph"))
+        sub, args, meta = combined(gm, _kernels(census, g), rec.values)
+        if not meta:
+            continue
+        done += 1  # one compile for every kernel of the graph, whether or not it succeeds
+        try:
+            with torch.no_grad():
+                got_all = compile_fx(sub, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])(*args)
+                gold_all = sub(*cast_tree(args, torch.float64))
+        except Exception as exc:  # never leak internals: one line per graph
+            notes.append(f"graph {g}: kernels not attributed ({one_line(exc)})")
+            continue
+        for (kernel, fx_names, name), got, gold in zip(meta, got_all, gold_all):
+            ref = rec.values[name]
+            c = compare(got, ref, gold.to(ref.dtype) if gold.dtype != torch.float64 else gold,
+                        policy=policy, name=name)
+            rows.append(KernelRow(g, kernel, fx_names, name, c.verdict.status.value, c.verdict.code,
+                                  getattr(c.vs_golden, "rmse", float("nan")),
+                                  getattr(c.reference_vs_golden, "rmse", float("nan")), c.error_ratio,
+                                  "kernels re-compiled together from their FX subgraphs"))
     return rows, notes, done

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fusecheck.backends import resolve_backend
+from fusecheck.bisect.backend_bisect import bisect_backend
 from fusecheck.bisect.gates import GATES
 from fusecheck.bisect.objective import TrialOptions
 from fusecheck.bisect.report import format_result, write_json
@@ -34,11 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", default=",".join(GATES),
                    help=f"decision families to search, comma-separated (default: all: {','.join(GATES)})")
     p.add_argument("--no-attribution", action="store_true", help="skip the per-kernel attribution")
+    p.add_argument("--repro", default=None, metavar="OUT.py",
+                   help="write a standalone torch-only script reproducing the failing subgraph's error ratio")
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "backend", "inductor") != "inductor":
-        raise TargetError("bisect searches Inductor's decisions: --backend must be inductor")
     if args.max_compiles < 1:
         raise TargetError("--max-compiles must be at least 1")
     kinds = [k for k in args.kinds.split(",") if k]
@@ -49,8 +51,15 @@ def run(args: argparse.Namespace) -> int:
     case = load_target(args.target, seed=args.seed)
     opts = TrialOptions(dtype=args.dtype, device=args.device, train=args.train, seed=args.seed, policy=policy,
                         kinds=kinds)
-    result = bisect(case, opts, max_compiles=args.max_compiles, attribution=not args.no_attribution,
-                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    backend = getattr(args, "backend", "inductor") or "inductor"
+    if backend != "inductor":   # another compiler: its decisions are opaque, the graph is split instead
+        resolve_backend(backend)  # unknown backend: one line, exit 2
+        result = bisect_backend(case, backend, opts, max_compiles=args.max_compiles, repro=args.repro,
+                                progress=progress)
+    else:
+        result = bisect(case, opts, max_compiles=args.max_compiles, attribution=not args.no_attribution,
+                        progress=progress, repro=args.repro)
     print(format_result(result))
     if args.json_path:
         write_json(result, args.json_path)

@@ -97,7 +97,8 @@ def severity(report: CheckReport) -> float:
     return max((row_severity(r, report.policy) for r in report.rows), default=0.0)
 
 
-def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan], *, capture: bool = False) -> Trial:
+def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan], *, capture: bool = False,
+              backend: str = "inductor") -> Trial:
     """Compile and check `case` once with the gates set to `plans`; caches off so the gates really act.
     `capture` keeps the post-grad graphs and their inputs for per-kernel attribution."""
     from fusecheck.bisect.attribution import capturing
@@ -110,7 +111,7 @@ def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan], *, capture:
             (capturing() if capture else contextlib.nullcontext()) as captured:
         warnings.filterwarnings("ignore", message=".*force_disable_caches.*")
         try:
-            report = run_check(case, dtype=opts.dtype, device=opts.device, train=opts.train,
+            report = run_check(case, backend=backend, dtype=opts.dtype, device=opts.device, train=opts.train,
                                policy=opts.policy, seed=opts.seed)
         except CompileError as exc:
             error = str(exc)

@@ -38,6 +38,8 @@ def format_result(result: BisectResult) -> str:
         lines.append(tabulate(rows, headers=["#", "kind", "decision", "FX nodes", "kernel",
                                              "rmse vs golden with it", "without it"], tablefmt="simple"))
         for i, c in enumerate(result.culprits):
+            if c.enabled_by:
+                lines.append(f"culprit {i + 1}: {c.chain}")
             if c.alternatives:
                 lines.append(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives))
     if result.kernels:

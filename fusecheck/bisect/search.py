@@ -10,12 +10,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from fusecheck.bisect import evidence
 from fusecheck.bisect.gates import GATES, Decision, Plan
 from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
 
 # Coarse stage order: the finest-grained families first, so the first family that fixes the verdict
 # names individual decisions rather than a whole pass or setting.
 FAMILY_ORDER = ["fusion", "inlining", "pattern", "decomposition", "lowering", "pass", "config"]
+
+
+class _Passed:
+    """Stands for a switch-off probe known to pass (the fine search's 'bad' is then 'fails')."""
+    passed = True
+    severity = 0.0
 
 
 class BudgetSpent(Exception):
@@ -31,11 +38,17 @@ class Culprit:
     family_off_passed: bool
     kernels: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)  # other families/decisions that also fixed it
+    enabled_by: list[str] = field(default_factory=list)    # families that only enable or expose it, and why
+
+    @property
+    def chain(self) -> str:
+        """`pass X introduces; refusing decomposition Y hides it because X only matches its output`."""
+        return "; ".join([f"{self.decision.kind} {self.decision.name} introduces"] + self.enabled_by)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.decision.to_dict(), "partial": self.partial, "kernels": self.kernels,
                 "with": self.with_it, "without": self.without_it, "family_off_passed": self.family_off_passed,
-                "alternatives": self.alternatives}
+                "alternatives": self.alternatives, "enabled_by": self.enabled_by, "chain": self.chain}
 
 
 @dataclass
@@ -52,6 +65,7 @@ class BisectResult:
     kernels: list[Any] = field(default_factory=list)   # per-kernel attribution rows
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
+    no_inductor: int = 0            # of `compiles`: probes that ran no Inductor compile
 
     @property
     def exit_code(self) -> int:
@@ -63,7 +77,7 @@ class BisectResult:
                 "baseline": self.baseline, "final": self.final,
                 "culprits": [c.to_dict() for c in self.culprits], "unavailable": self.unavailable,
                 "kernels": [k.to_dict() if hasattr(k, "to_dict") else k for k in self.kernels],
-                "seconds": self.seconds, "log": self.log}
+                "seconds": self.seconds, "log": self.log, "no_inductor": self.no_inductor}
 
 
 class Search:
@@ -77,6 +91,8 @@ class Search:
         self.blocked: dict[str, set[str]] = {k: set() for k in GATES}
         self.lines: list[str] = []
         self.unavailable: dict[str, str] = {}
+        self.cheap = 0                  # probes without an Inductor compile (aot_eager_decomp_partition)
+        self.inert: set[str] = set()    # families whose switch-off changed no number: not re-probed
 
     # -- probes ----------------------------------------------------------------------------------
     def say(self, stage: str, msg: str) -> None:
@@ -92,11 +108,13 @@ class Search:
             plans[limit[0]] = Plan(limit[1], plans[limit[0]].blocked)
         return plans
 
-    def probe(self, capture: bool = False, **plan_args: Any) -> Trial:
+    def probe(self, capture: bool = False, backend: str = "inductor", **plan_args: Any) -> Trial:
         if self.compiles >= self.max_compiles:
             raise BudgetSpent
         self.compiles += 1
-        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture)
+        if backend != "inductor":
+            self.cheap += 1
+        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture, backend=backend)
         self.unavailable.update(trial.unavailable)
         return trial
 
@@ -114,7 +132,10 @@ class Search:
         passing: list[tuple[str, Trial]] = []
         best: tuple[str, Trial] | None = None
         skipped: list[str] = []
-        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f)]:
+        inert = [f for f in FAMILY_ORDER if f in self.inert and current.decisions.get(f)]
+        if inert:
+            self.say("coarse", f"not re-probed ({', '.join(inert)}): switching them off changed no number before")
+        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f) and f not in self.inert]:
             if passing and self.max_compiles - self.compiles - 1 < self.fine_cost(passing[0][0], current):
                 skipped.append(fam)
                 continue
@@ -122,6 +143,9 @@ class Search:
             verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
                                                else f"FAIL severity {t.severity:.3g}")
             self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
+            rows = t.summary().get("rows")
+            if not t.error and rows and rows == current.summary().get("rows"):
+                self.inert.add(fam)   # not a bit of the error moved: this family cannot matter
             if t.passed:
                 passing.append((fam, t))
             elif not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
@@ -130,7 +154,7 @@ class Search:
             self.say("coarse", f"not probed ({', '.join(skipped)}): budget kept for searching {passing[0][0]}")
         return passing or ([best] if best else [])
 
-    def fine(self, fam: str, off: Trial, current: Trial) -> Decision:
+    def fine(self, fam: str, off: Trial, current: Trial, backend: str = "inductor") -> Decision:
         """Smallest k such that allowing the first k decisions of `fam` is bad; the culprit is #k-1.
         A probe that does not compile counts as bad (the refusal it needs is not the culprit's)."""
         decisions = current.decisions[fam]
@@ -143,10 +167,10 @@ class Search:
         lo, hi = 0, len(decisions)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            t = self.probe(limit=(fam, mid))
+            t = self.probe(limit=(fam, mid), backend=backend)
             is_bad = bad(t)
             what = f"compile error: {t.error[:200]}" if t.error else f"severity {t.severity:.3g}"
-            self.say("fine", f"suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
+            self.say("fine", f"{'[no Inductor] ' if backend != 'inductor' else ''}suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
                      f" ({what})")
             if is_bad:
                 hi = mid
@@ -154,10 +178,10 @@ class Search:
                 lo = mid
         return decisions[hi - 1]
 
-    def confirm(self, fam: str, decision: Decision, off: Trial, current: Trial) -> Trial:
+    def confirm(self, fam: str, decision: Decision, off: Trial, current: Trial, force: bool = False) -> Trial:
         """One probe with the suspect held off; a family of one decision reuses its switch-off probe."""
         self.blocked[fam].add(decision.key)
-        if len(current.decisions[fam]) == 1:
+        if len(current.decisions[fam]) == 1 and not force:
             return off
         try:
             return self.probe()
@@ -165,10 +189,43 @@ class Search:
             self.blocked[fam].discard(decision.key)
             raise
 
+    def decompositions_first(self, current: Trial, culprits: list[Culprit]) -> Trial:
+        """Decomposition culprits without an Inductor compile: one probe with aot_eager_decomp_partition
+        (Inductor's decomposition table, graph run eagerly). If even that is worse than eager, a
+        decomposition introduces the error: it is bisected with such probes and confirmed by one Inductor
+        compile. If it passes, decompositions can only enable something, and the coarse stage decides."""
+        decisions = current.decisions.get("decomposition") or []
+        if len(decisions) < 1 or (self.opts.kinds and "decomposition" not in self.opts.kinds):
+            return current
+        cheap = self.probe(backend="aot_eager_decomp_partition")
+        self.say("decomp", f"aot_eager_decomp_partition (no Inductor): "
+                 + ("PASS" if cheap.passed else f"compile error: {cheap.error[:160]}" if cheap.error
+                    else f"FAIL severity {cheap.severity:.3g}: a decomposition introduces an error"))
+        if cheap.passed or cheap.error or not cheap.decisions.get("decomposition"):
+            return current
+        decision = self.fine("decomposition", _Passed(), cheap, backend="aot_eager_decomp_partition")
+        after = self.confirm("decomposition", decision, _Passed(), current, force=True)
+        self.say("confirm", f"decomposition #{decision.index}: {decision.name} -> held off (Inductor): "
+                 f"{'PASS' if after.passed else 'FAIL'} severity {current.severity:.3g} -> {after.severity:.3g}")
+        if not (after.passed or after.severity < current.severity):
+            self.blocked["decomposition"].discard(decision.key)
+            return current
+        culprits.append(Culprit(decision, not after.passed, current.summary(), after.summary(), False))
+        return after
+
     def choose(self, current: Trial, candidates: list[tuple[str, Trial]]) -> tuple[Culprit | None, Trial | None]:
         """Fine-search the candidate families in order; the first whose culprit alone passes wins, else the
         one that improves most. Families whose switch-off also passed are reported as alternatives."""
         found: list[tuple[Culprit, Trial]] = []
+        enabling: dict[str, set[str]] = {}
+        passing = [(f, t) for f, t in candidates if t.passed]
+        if len(passing) > 1:
+            ranked, enabling = evidence.order(current, passing)
+            candidates = ranked + [(f, t) for f, t in candidates if not t.passed]
+            self.say("evidence", "introducer first: " + ", ".join(
+                f"{f} (footprint {evidence.footprint(current, t, f)}"
+                + (f"; switched off, removes {', '.join(sorted(enabling[f]))} decisions" if enabling[f] else "")
+                + ")" for f, t in ranked))
         try:
             for fam, off in candidates:
                 decision = self.fine(fam, off, current)
@@ -189,8 +246,13 @@ class Search:
         culprit, after = min(found, key=lambda f: (not f[1].passed, f[1].severity))
         self.blocked[culprit.decision.kind].add(culprit.decision.key)
         searched = {c.decision.kind for c, _ in found}
-        others = [f for f, t in candidates if t.passed and f not in searched]
-        culprit.alternatives = [f"{f} (switched off, also passes)" for f in others] + \
+        others = [(f, t) for f, t in candidates if t.passed and f not in searched]
+        hides = [(f, t) for f, t in others if culprit.decision.kind in enabling.get(f, ())
+                 or culprit.decision.key not in evidence.acting(t, culprit.decision.kind)]
+        culprit.enabled_by = [evidence.why_hidden(culprit.decision, f, t) for f, t in hides]
+        if culprit.enabled_by:
+            self.say("culprit", culprit.chain)
+        culprit.alternatives = [f"{f} (switched off, also passes)" for f, t in others if (f, t) not in hides] + \
             [f"{c.decision.kind}: {c.decision.name} (held off alone: {'PASS' if t.passed else 'partial'})"
              for c, t in found if c is not culprit]
         if culprit.alternatives:
@@ -215,7 +277,7 @@ def kernels_of(census: Any, decision: Decision) -> list[str]:
 
 
 def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 40, attribution: bool = True,
-           progress: Callable[[str], None] | None = None) -> BisectResult:
+           progress: Callable[[str], None] | None = None, repro: str | None = None) -> BisectResult:
     """Find the compiler decisions that make `case` compiled worse than eager against the golden."""
     import time
 
@@ -225,9 +287,9 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
     kernel_rows: list[Any] = []
 
     def attribute_kernels(base: Trial) -> None:
-        """Per-kernel attribution after the search, in the compiles the search left (each kernel is one)."""
+        """Per-kernel attribution after the search, in the compiles the search left (one per captured graph)."""
         from fusecheck.bisect.attribution import attribute
-        budget = min(16, max_compiles - s.compiles)
+        budget = min(4, max_compiles - s.compiles)   # one compile per captured graph
         if budget <= 0:
             s.say("kernels", "per-kernel attribution skipped: --max-compiles spent")
             return
@@ -243,6 +305,9 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         if attribution and base is not None and base.report is not None and not base.passed \
                 and base.report.compiled_repeatable:
             attribute_kernels(base)
+        if repro and status == "culprits":
+            from fusecheck.bisect.backend_bisect import inductor_repro
+            s.compiles += inductor_repro(case, s.opts, repro, max_compiles - s.compiles, s.say)
         s.say("done", message)
         census = getattr(base.report, "census", None) if base and base.report else None
         for c in culprits:
@@ -250,7 +315,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         return BisectResult(status, message, base.summary() if base else None, culprits, s.compiles, max_compiles,
                             {k: len(v) for k, v in (base.decisions if base else {}).items()},
                             final.summary() if final else None, s.unavailable, kernel_rows,
-                            time.perf_counter() - t0, s.lines)
+                            time.perf_counter() - t0, s.lines, s.cheap)
 
     try:
         base = s.probe(capture=attribution)
@@ -272,6 +337,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
 
     current = base
     try:
+        current = s.decompositions_first(current, culprits)
         while not current.passed:
             candidates = s.coarse(current)
             if not candidates:

@@ -31,11 +31,19 @@ class Decision:
     graph: int = 0       # which Inductor graph of the compile (forward, backward, graph breaks)
     allowed: bool = True
     kernels: list[str] = field(default_factory=list)
+    # ops whose decomposition produced the nodes this decision rewrote (FX meta `original_aten`): what
+    # a graph rewrite depends on, the evidence that a decomposition only enables it
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def acted(self) -> bool:
+        """Did the decision change anything? A graph pass that rewrote no node did not."""
+        return self.allowed and (self.kind != "pass" or bool(self.fx_nodes))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "index": self.index, "key": self.key, "name": self.name,
                 "fx_nodes": self.fx_nodes, "ops": self.ops, "graph": self.graph, "allowed": self.allowed,
-                "kernels": self.kernels}
+                "kernels": self.kernels, "sources": self.sources}
 
 
 @dataclass

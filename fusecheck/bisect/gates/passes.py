@@ -62,10 +62,13 @@ def _gated_run(log: DecisionLog, gto: Any, pass_fns: list[Any], target: Any) -> 
         if not log.decide("pass", f"{slot}:{label}", name, [], [slot], ordinal=g):
             continue
         d = log.decisions["pass"][-1]
-        before = {n.name for n in _graph_of(gto.gm).nodes}
+        before = {n.name: n for n in _graph_of(gto.gm).nodes}
         out = pass_fn(target)
         after = {n.name for n in _graph_of(gto.gm).nodes}
-        d.fx_nodes = sorted(before - after) + sorted(after - before)
+        gone = sorted(before.keys() - after)
+        d.fx_nodes = gone + sorted(after - before.keys())
+        d.sources = sorted({str(before[n].meta["original_aten"]) for n in gone
+                            if before[n].meta.get("original_aten") is not None})
     return out
 
 

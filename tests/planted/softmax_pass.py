@@ -1,0 +1,36 @@
+"""A harmful custom post-grad pass that only matches *decomposed* softmax: where `div(e, sum(e))` with
+`e = exp(...)` appears, the sum is computed and stored in bf16. It introduces the error; torch's own
+`_softmax` decomposition only enables it (with softmax not decomposed the pass finds nothing to rewrite),
+so refusing the decomposition also "fixes" the verdict without being the cause (issue 9, item 1)."""
+import contextlib
+
+import torch
+from torch._inductor import config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+aten = torch.ops.aten
+convert = torch.ops.prims.convert_element_type.default
+
+
+class LossySoftmaxSum(CustomGraphPass):
+    def __call__(self, graph):
+        for div in [n for n in graph.nodes if n.target is aten.div.Tensor]:
+            e, s = div.args[0], div.args[1]
+            if not (isinstance(s, torch.fx.Node) and s.target is aten.sum.dim_IntList and s.args[0] is e
+                    and isinstance(e, torch.fx.Node) and e.target is aten.exp.default):
+                continue
+            with graph.inserting_before(s):
+                low = graph.call_function(convert, (e, torch.bfloat16))
+                low_sum = graph.call_function(aten.sum.dim_IntList, (low, *s.args[1:]), dict(s.kwargs))
+                back = graph.call_function(convert, (low_sum, torch.float32))
+            s.replace_all_uses_with(back)
+            graph.erase_node(s)
+
+    def uuid(self):
+        return get_hash_for_files((__file__,))
+
+
+@contextlib.contextmanager
+def planted():
+    with config.patch(post_grad_custom_post_pass=LossySoftmaxSum()):
+        yield
