@@ -154,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     diff = diff_against(report, baseline) if baseline is not None else None
     gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)
     print(format_report(report, verbose=args.verbose))
+    if report.exit_code == 1 and args.backend != "inductor":
+        print(f"to find the subgraph that backend {args.backend!r} makes worse: fusecheck bisect "
+              f"{args.target or ''} --backend {args.backend} --repro repro.py".replace("  ", " "))
     if diff is not None:
         print("\n".join(diff.lines()))
         print(f"gate with the baseline: {'PASS' if gate == 0 else 'FAIL'} (exit {gate})")

@@ -18,6 +18,23 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
+_M_MMAP_THRESHOLD = -3
+
+
+def return_freed_host_memory() -> None:
+    """Make glibc hand large freed blocks back to the OS. By default its mmap threshold grows after the first
+    large free, so later large tensors come from the heap and stay resident after they are freed: the host's
+    resident set would then measure the allocator's history, not what the check holds. A fixed 1 MiB threshold
+    (large tensors mmapped, unmapped on free) and a trim at each phase keep the RSS figure honest."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
 class OutOfMemory(RuntimeError):
     """A phase ran out of memory (exit code 3, one line: the phase, what it needed and had, what helps)."""
 
@@ -51,6 +68,7 @@ class MemoryLog:
         if cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+        return_freed_host_memory()
         host_resettable = _reset_host_peak()
         yield
         entry: dict[str, int] = {}

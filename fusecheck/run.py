@@ -29,6 +29,7 @@ from fusecheck.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
+from fusecheck.precision_notes import eager_precision_notes
 from fusecheck.rows import RowJudge
 from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict, first_worse, judge_blocks, replay_compiled
 from fusecheck.streamed.plan import BlockPlan, make_plan
@@ -276,6 +277,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                          "--regional (one compile per block); the verdict is end to end")
 
     notes += fallback.notes()
+    notes += eager_precision_notes(device, run_dtype)
     if dev.golden_dtype != torch.float64:
         notes.append(f"golden runs in {dev.golden_dtype} on {device}: the device has no fp64")
     if eager2.skipped:
