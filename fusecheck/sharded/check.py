@@ -106,8 +106,13 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     timings: dict[str, float] = {}
     mem = MemoryLog(device)
 
+    current = ["start"]
+    for block_name, block in plan.blocks:  # progress per block: a stuck rank is named with the block it is in
+        block.register_forward_pre_hook(lambda *_, n=block_name: progress(f"{current[0]}: {n}"), prepend=True)
+
     @contextlib.contextmanager
     def measured(name: str):
+        current[0] = name
         progress(name)
         t = time.perf_counter()
         with mem.phase(name):

@@ -11,7 +11,7 @@ import pickle
 import sys
 import time
 
-from fusecheck.sharded.ranks import DIR_ENV, RankStatus, rank_timeout_s
+from fusecheck.sharded.ranks import DIR_ENV, RankStatus, RankWatchdog, rank_timeout_s
 
 
 def run_rank(args: argparse.Namespace) -> int:
@@ -23,7 +23,6 @@ def run_rank(args: argparse.Namespace) -> int:
     from fusecheck.cli import usage_errors
     from fusecheck.devices import resolve_device, resolve_dtype
     from fusecheck.distributed.pool import is_secondary
-    from fusecheck.distributed.torchrun import Watchdog
     from fusecheck.distributed.worker import _describe
     from fusecheck.policy import Policy
     from fusecheck.sharded import shard
@@ -44,7 +43,7 @@ def run_rank(args: argparse.Namespace) -> int:
         resolve_device(args.device)
         device = shard.rank_device(args.device)
         shard.init_process_group(device.type, timeout)
-        dog = Watchdog(rank, timeout + grace)
+        dog = RankWatchdog(rank, timeout + grace, status)
 
         def progress(name: str) -> None:
             dog.progress(name)
@@ -83,6 +82,7 @@ def run_rank(args: argparse.Namespace) -> int:
                   flush=True)
             if not os.environ.get(DIR_ENV):
                 time.sleep(grace)  # a plain torchrun: let the stuck rank's watchdog name itself first
+            raise SystemExit(3) from None  # not this rank's fault: no traceback
         raise
     finally:
         if dog is not None:

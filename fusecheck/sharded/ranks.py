@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from pathlib import Path
+
+from fusecheck.distributed.torchrun import Watchdog
 
 DIR_ENV = "FUSECHECK_SHARDED_DIR"
 TIMEOUT_ENV = "FUSECHECK_RANK_TIMEOUT_S"
@@ -43,9 +47,31 @@ class RankStatus:
         self.state.update(ended=True, error={k: error[k] for k in ("type", "message")}, secondary=secondary)
         self._write()
 
+    def hung(self, limit_s: float) -> None:
+        self.state.update(ended=True, hung=limit_s)
+        self._write()
+
     def finished(self, exit_code: int) -> None:
         self.state.update(ended=True, exit_code=exit_code)
         self._write()
+
+
+class RankWatchdog(Watchdog):
+    """`fusecheck dist`'s per-rank watchdog (exit 3 when a phase makes no progress for `limit_s`), which also
+    leaves the verdict HANG in this rank's status for the launcher."""
+
+    def __init__(self, rank: int, limit_s: float, status: RankStatus):
+        self.status = status
+        super().__init__(rank, limit_s)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            if time.monotonic() - self.since > self.limit_s:
+                self.status.phase(self.phase)
+                self.status.hung(self.limit_s)
+                print(f"fusecheck: HANG: rank {self.rank} made no progress for {self.limit_s:.0f} s in phase "
+                      f"{self.phase!r}", file=sys.stderr, flush=True)
+                os._exit(3)
 
 
 def read_statuses(folder: str, world: int) -> dict[int, dict]:
@@ -61,6 +87,10 @@ def read_statuses(folder: str, world: int) -> dict[int, dict]:
 def name_culprits(statuses: dict[int, dict], exit_codes: dict[int, int]) -> tuple[str, list[int], str]:
     """(kind, ranks, detail) for a run that did not end normally on every rank: CRASH for ranks with their
     own error or killed by a signal, HANG for ranks that never ended while peers timed out on them."""
+    hung = sorted(r for r, s in statuses.items() if s.get("hung"))
+    if hung:
+        return "HANG", hung, "; ".join(f"rank {r} made no progress for {statuses[r]['hung']:.0f} s in phase "
+                                       f"{statuses[r]['phase']!r}" for r in hung)
     own = {r: s for r, s in statuses.items() if s.get("error") and not s.get("secondary")}
     if own:
         r = min(own)

@@ -1,0 +1,40 @@
+"""Models built on the meta device, for `fusecheck check --nproc N` (or under torchrun): their parameters take
+no memory until each rank has sharded them and allocated its own shard (fusecheck/sharded/shard.py), so a
+model that no single device holds can be checked. Random weights, nothing downloaded.
+
+Buffers must hold real values (a meta buffer has none to give): modules that compute buffers when built
+(rotary tables) are rebuilt on the host after the meta construction.
+"""
+import os
+
+import torch
+
+from fusecheck.case import Case
+from hf import _LogitsOnly, _transformers  # models/ is on the path while fusecheck loads a target
+from scale import SHAPES
+
+
+def llama_on_meta(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, seq: int,
+                  batch: int = 1, name: str = "llama_meta") -> Case:
+    tf = _transformers()
+    cfg = tf.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=max(seq, 2048))
+    with torch.device("meta"):
+        model = tf.LlamaForCausalLM(cfg)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)  # its inv_freq buffer, on the host
+    ids = torch.randint(0, vocab, (batch, seq))  # fusecheck seeds the global generator
+    return Case(_LogitsOnly(model), (ids,), name)
+
+
+def build_70b_meta() -> Case:
+    """Llama-3-70B's shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, ~70.6 B parameters), sequence 512
+    (`FUSECHECK_SEQ`; `FUSECHECK_LAYERS` overrides the layer count)."""
+    hidden, inter, layers, heads, kv, vocab = SHAPES["70b"]
+    layers = int(os.environ.get("FUSECHECK_LAYERS", layers))
+    return llama_on_meta(hidden, inter, layers, heads, kv, vocab, int(os.environ.get("FUSECHECK_SEQ", 512)),
+                         name="llama_70b_meta")
+
+
+def build_tiny_meta() -> Case:
+    """The tiny Llama of models/hf.py, on the meta device (tests)."""
+    return llama_on_meta(64, 128, 2, 4, 2, 128, 16, batch=2, name="tiny_llama_meta")
