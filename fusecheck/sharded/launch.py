@@ -48,6 +48,19 @@ def sharded_run(args: argparse.Namespace) -> int | None:
     return None
 
 
+def _target_file_exists(target: str | None) -> None:
+    """A missing target file is one line here, not one traceback per rank (the target is imported by the
+    ranks only: importing it here too would cost seconds, transformers' import for one)."""
+    from pathlib import Path
+
+    from fusecheck.case import TargetError
+    where = (target or "").rpartition(":")[0]
+    if target and ":" not in target:
+        raise TargetError(f"{target!r}: expected FILE.py:NAME or module:NAME")
+    if where.endswith(".py") and not Path(where).is_file():
+        raise TargetError(f"{target!r}: file {where} not found")
+
+
 def launch(args: argparse.Namespace) -> int:
     """Start `args.nproc` ranks through `torch.distributed.launcher.api.elastic_launch` (torchrun's engine,
     standalone rendezvous on this host, no restarts); each runs `python -m fusecheck.sharded.rank ARGS`."""
@@ -56,8 +69,12 @@ def launch(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from fusecheck.sharded.rank import refuse_unsupported
     from fusecheck.sharded.ranks import DIR_ENV, name_culprits, read_statuses
     from fusecheck.watchdog import phase
+
+    refuse_unsupported(args)
+    _target_file_exists(args.target)
 
     with tempfile.TemporaryDirectory(prefix="fusecheck_sharded_") as folder:
         spec = os.path.join(folder, "args.pickle")
