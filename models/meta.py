@@ -12,6 +12,7 @@ import torch
 from fusecheck.case import Case
 from hf import _LogitsOnly, _transformers  # models/ is on the path while fusecheck loads a target
 from scale import SHAPES
+from wide_blocks import WideStack
 
 
 def llama_on_meta(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, seq: int,
@@ -38,3 +39,11 @@ def build_70b_meta() -> Case:
 def build_tiny_meta() -> Case:
     """The tiny Llama of models/hf.py, on the meta device (tests)."""
     return llama_on_meta(64, 128, 2, 4, 2, 128, 16, batch=2, name="tiny_llama_meta")
+
+
+def build_wide_meta() -> Case:
+    """models/wide_blocks.py's 0.5 B stack (8 blocks of width 2816) on the meta device: measures what a rank
+    holds (its shard, one block gathered by FSDP, one fp64 block) on the host."""
+    with torch.device("meta"):
+        model = WideStack(2816, 8)
+    return Case(model, (torch.randn(16, 2816),), "wide_blocks_0p5b_meta")

@@ -93,8 +93,9 @@ class _ShardedGrads:
 
 
 def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.device, train: bool,
-               policy: Policy, seed: int, blocks: str | None, progress) -> dict[str, Any]:
-    """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report)."""
+               policy: Policy, seed: int, blocks: str | None, progress) -> tuple[dict[str, Any], list]:
+    """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report, picklable), and
+    the graphs it captured (kept on the rank)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model = case.model
     if not isinstance(model, torch.nn.Module):
@@ -155,18 +156,21 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     with measured("golden"):
         _golden(inputs, model, plan, judge.judge, train=train, cotangents=cotangents, device=device,
                 rank=rank, world=world)
+    unjudged = sorted(n for n in judge.eager if n.startswith("grad.") and not n.startswith("grad.input"))
     for name in list(judge.eager):
         judge.judge(name, None)
     rows: list[Comparison] = [judge.rows[n] for n in names if n in judge.rows]
     notes = []
+    if unjudged:  # never silent: a gradient shard without its golden is judged against eager only
+        notes.append(f"{len(unjudged)} gradient shard(s) got no fp64 golden and were judged against eager only: "
+                     + ", ".join(unjudged[:4]))
     if extra:
         notes.append(f"compiled produced results eager did not: {', '.join(extra)}")
-    if len(capture.graphs) < len(plan.blocks):
-        notes.append(f"{len(capture.graphs)} graphs captured for {len(plan.blocks)} blocks: some blocks share "
-                     "one compiled graph or ran eagerly")
+    if not capture.graphs:
+        notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
-            "graphs": len(capture.graphs), "plan": plan.describe(), "meta": meta,
-            "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}
+            "n_graphs": len(capture.graphs), "plan": plan.describe(), "meta": meta,
+            "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
 
 
 def _golden(case: Case, model, plan, sink, *, train, cotangents, device, rank, world) -> None:

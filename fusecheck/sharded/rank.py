@@ -53,7 +53,7 @@ def run_rank(args: argparse.Namespace) -> int:
         progress("load target")
         policy = Policy.load(args.policy)
         case = load_target(args.target, seed=args.seed)
-        result = check_rank(case, backend=resolve_backend(args.backend), dtype=resolve_dtype(args.dtype),
+        result, graphs = check_rank(case, backend=resolve_backend(args.backend), dtype=resolve_dtype(args.dtype),
                             device=device, train=args.train, policy=policy, seed=args.seed, blocks=args.blocks,
                             progress=progress)
         progress("gather verdicts to rank 0")
@@ -65,7 +65,7 @@ def run_rank(args: argparse.Namespace) -> int:
         agreed = int(code.item())
         if rank == 0:
             from fusecheck.sharded.report import report_ranks
-            report_ranks(case, args, policy, gathered, agreed)
+            report_ranks(case, args, policy, gathered, agreed, graphs)
         progress("shut down")
         dist.barrier()
         dist.destroy_process_group()

@@ -25,7 +25,7 @@ def peak_lines(results: list[dict]) -> list[str]:
     return lines
 
 
-def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: list[dict]):
+def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: list[dict], graphs: list = ()):
     from fusecheck.run import CheckReport
     rows = []
     for res in results:
@@ -39,16 +39,17 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
     notes += [n for res in results for n in (f"rank {res['rank']}: {x}" for x in res["notes"])]
     notes += peak_lines(results)
     dtype = args.dtype or "the model's own"
-    report = CheckReport(case.name, args.backend, str(dtype), args.device, args.train, args.seed, policy, rows, [],
+    report = CheckReport(case.name, args.backend, str(dtype), args.device, args.train, args.seed, policy, rows, list(graphs),
                          notes, golden_mode=f"streamed per rank ({first['plan']})", regional=True,
                          seconds=first["seconds"], memory=first["memory"])
     return report
 
 
-def report_ranks(case: Case, args: argparse.Namespace, policy: Policy, results: list[dict], agreed: int) -> None:
+def report_ranks(case: Case, args: argparse.Namespace, policy: Policy, results: list[dict], agreed: int,
+                 graphs: list = ()) -> None:
     from fusecheck.report.json_report import write_json
     from fusecheck.report.table import format_report
-    report = build_report(case, args, policy, results)
+    report = build_report(case, args, policy, results, graphs)
     print(format_report(report, verbose=args.verbose))
     failing = sorted({int(r.name.split("/")[0][4:]) for r in report.rows if not r.passed})
     if failing:
