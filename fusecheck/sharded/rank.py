@@ -115,6 +115,8 @@ def main() -> int:
     import types
 
     from fusecheck.cli import run_command
+    from fusecheck.distributed.worker import _die_with_parent
+    _die_with_parent()  # the launcher killed (time limit, Ctrl-C): no rank keeps holding a GPU
     with open(sys.argv[1], "rb") as f:
         args = pickle.load(f)
     if os.environ.get("RANK", "0") != "0":
