@@ -8,6 +8,7 @@ Hooks for `fusecheck check` (check_cli.py): `add_sharded_arguments(p)` in `add_a
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pickle
 import sys
@@ -87,11 +88,16 @@ def launch(args: argparse.Namespace) -> int:
         previous = os.environ.get(DIR_ENV)
         os.environ[DIR_ENV] = folder  # inherited by the ranks
         exit_codes: dict[int, int] = {}
+        agent_log = logging.getLogger("torch.distributed.elastic")
+        level = agent_log.level
+        if not args.verbose:  # the culprit is named below; the agent's own lines are kept for --verbose
+            agent_log.setLevel(logging.CRITICAL)
         try:
             elastic_launch(config, sys.executable)("-m", "fusecheck.sharded.rank", spec)
         except ChildFailedError as exc:
             exit_codes = {r: f.exitcode for r, f in exc.failures.items()}
         finally:
+            agent_log.setLevel(level)
             if previous is None:
                 os.environ.pop(DIR_ENV, None)
             else:
