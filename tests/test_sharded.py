@@ -54,6 +54,8 @@ def test_meta_llama_passes_with_gradient_shards(tmp_path):
         # judged against the fp64 golden (summed over ranks, this rank's shard): eager's error is rounding-sized
         assert all(rows[n]["eager_vs_golden"] is not None for n in grads)
     assert "built on the meta device" in " ".join(data["notes"])
+    assert [b["name"] for b in data["blocks"]] == [f"rank{r}/model.model.layers.{i}" for r in (0, 1) for i in (0, 1)]
+    assert data["first_worse_block"] is None
     assert "agreed by all 2 ranks: exit 0" in proc.stdout
 
 
@@ -67,6 +69,9 @@ def test_a_compiled_block_wrong_on_rank_1_only_fails_naming_rank_1(tmp_path):
     status = {r["name"]: r["verdict"]["status"] for r in data["rows"]}
     assert status["rank0/output"] == "PASS" and status["rank1/output"] == "FAIL"
     assert "failing on rank(s): 1" in proc.stdout
+    blocks = {b["name"]: b["verdict"] for b in data["blocks"]}  # each block on eager's input, per rank
+    assert data["first_worse_block"] == "rank1/blocks.0"
+    assert {v for n, v in blocks.items() if n.startswith("rank0/")} == {"PASS"}
 
 
 @pytest.mark.slow
@@ -78,7 +83,7 @@ def test_a_rank_that_dies_is_named_and_no_rank_is_left():
 
 @pytest.mark.slow
 def test_a_rank_that_hangs_is_named_within_the_timeout():
-    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:hang_on_rank1", timeout_s=6)
+    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:hang_on_rank1", timeout_s=4)
     assert proc.returncode == 3
     assert "HANG: rank 1:" in proc.stderr and "compiled" in proc.stderr.rpartition("HANG")[2]
 

@@ -31,7 +31,9 @@ from fusecheck.memory import MemoryLog
 from fusecheck.policy import Policy
 from fusecheck.rows import RowJudge
 from fusecheck.sharded import shard
+from fusecheck.sharded.blocks import judge_sharded_blocks
 from fusecheck.streamed.golden import StreamedGolden
+from fusecheck.streamed.per_block import BlockRecorder, replay_compiled
 from fusecheck.streamed.plan import make_plan
 
 
@@ -93,7 +95,7 @@ class _ShardedGrads:
 
 
 def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.device, train: bool,
-               policy: Policy, seed: int, blocks: str | None, progress) -> tuple[dict[str, Any], list]:
+               policy: Policy, seed: int, blocks: str | None, progress, block_verdicts: bool = True) -> tuple[dict[str, Any], list]:
     """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report, picklable), and
     the graphs it captured (kept on the rank)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -132,8 +134,10 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     buffers = _buffer_digests(model)
 
     run = functools.partial(run_sharded, case=inputs, train=train, seed=seed)
+    recorder = BlockRecorder(plan.blocks) if block_verdicts else None
     with measured("eager"):
-        eager = run(model, cotangents=None)
+        with recorder or contextlib.nullcontext():
+            eager = run(model, cotangents=None)
         eager2 = run(model, cotangents=eager.cotangents, digests_only=True)
     capture = GraphCapture(backend.make())
     torch._dynamo.reset()
@@ -142,6 +146,8 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
         with measured("compiled"):
             compiled = run(model, cotangents=eager.cotangents)
             compiled2 = run(model, cotangents=eager.cotangents, digests_only=True)
+            if recorder is not None:
+                replay_compiled(recorder, train)
     finally:
         shard.uncompile_blocks(plan.blocks)
     if _buffer_digests(model) != buffers:
@@ -156,6 +162,11 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     with measured("golden"):
         _golden(inputs, model, plan, judge.judge, train=train, cotangents=cotangents, device=device,
                 rank=rank, world=world)
+    block_rows = []
+    if recorder is not None:
+        with measured("blocks"):
+            block_rows = judge_sharded_blocks(recorder, device, policy)
+        del recorder
     unjudged = sorted(n for n in judge.eager if n.startswith("grad.") and not n.startswith("grad.input"))
     for name in list(judge.eager):
         judge.judge(name, None)
@@ -169,7 +180,7 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
-            "n_graphs": len(capture.graphs), "plan": plan.describe(), "meta": meta,
+            "n_graphs": len(capture.graphs), "blocks": block_rows, "plan": plan.describe(), "meta": meta,
             "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
 
 

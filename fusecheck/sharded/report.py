@@ -32,6 +32,11 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
         for row in res["rows"]:
             row.name = f"rank{res['rank']}/{row.name}"
             rows.append(row)
+    blocks = []
+    for res in results:
+        for b in res["blocks"]:
+            b.name = f"rank{res['rank']}/{b.name}"
+            blocks.append(b)
     first = results[0]
     notes = [f"sharded over {len(results)} ranks with FSDP2, one group per block; blocks compiled one by one; "
              "each rank judges its own outputs and its own gradient shards"
@@ -41,7 +46,7 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
     dtype = args.dtype or "the model's own"
     report = CheckReport(case.name, args.backend, str(dtype), args.device, args.train, args.seed, policy, rows, list(graphs),
                          notes, golden_mode=f"streamed per rank ({first['plan']})", regional=True,
-                         seconds=first["seconds"], memory=first["memory"])
+                         seconds=first["seconds"], memory=first["memory"], blocks=blocks)
     return report
 
 
