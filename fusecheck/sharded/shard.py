@@ -96,6 +96,13 @@ def compile_blocks(blocks: list[tuple[str, torch.nn.Module]], backend) -> None:
         block.forward = torch.compile(block.forward, backend=backend)
 
 
+def enough_recompiles(n_blocks: int):
+    """Blocks share one code object: should dynamo guard per block instance, the default recompile limit (8)
+    would silently leave the later blocks of an 80-layer model eager. Allow one entry per block."""
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    return torch._dynamo.config.patch(**{name: max(getattr(torch._dynamo.config, name), n_blocks + 8)})
+
+
 def uncompile_blocks(blocks: list[tuple[str, torch.nn.Module]]) -> None:
     for _, block in blocks:
         block.__dict__.pop("forward", None)
