@@ -82,7 +82,7 @@ def run_rank(args: argparse.Namespace) -> int:
                   f"(another rank crashed or hung): {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr,
                   flush=True)
             if not os.environ.get(DIR_ENV):
-                time.sleep(grace)  # a plain torchrun: let the stuck rank's watchdog name itself first
+                time.sleep(grace + LOCAL_WORK_S)  # plain torchrun: let the stuck rank's watchdog name it first
             raise SystemExit(3) from None  # not this rank's fault: no traceback
         raise
     finally:
