@@ -47,3 +47,20 @@ def build_wide_meta() -> Case:
     with torch.device("meta"):
         model = WideStack(2816, 8)
     return Case(model, (torch.randn(16, 2816),), "wide_blocks_0p5b_meta")
+
+
+def llama_tp_plan() -> dict:
+    """Megatron-style tensor parallelism of a transformers Llama decoder layer (names inside one layer):
+    q/k/v and gate/up split by output features, o/down by input features (one all-reduce each)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {**{f"self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")},
+            "self_attn.o_proj": RowwiseParallel(),
+            **{f"mlp.{n}": ColwiseParallel() for n in ("gate_proj", "up_proj")}, "mlp.down_proj": RowwiseParallel()}
+
+
+def build_tiny_meta_tp() -> Case:
+    """The tiny Llama on meta, asking the sharded check for tensor parallelism inside each layer."""
+    case = build_tiny_meta()
+    case.model.fusecheck_tp_plan = llama_tp_plan()
+    case.name = "tiny_llama_meta_tp"
+    return case

@@ -53,6 +53,9 @@ def test_meta_llama_passes_with_gradient_shards(tmp_path):
         assert grads, "every rank judges its own gradient shards"
         # judged against the fp64 golden (summed over ranks, this rank's shard): eager's error is rounding-sized
         assert all(rows[n]["eager_vs_golden"] is not None for n in grads)
+    # the ranks hold different shards (a shard judged against the wrong rank's golden rows would fail)
+    q = "grad.model.model.layers.0.self_attn.q_proj.weight"
+    assert rows[f"rank0/{q}"]["eager_vs_golden"] != rows[f"rank1/{q}"]["eager_vs_golden"]
     assert "built on the meta device" in " ".join(data["notes"])
     assert [b["name"] for b in data["blocks"]] == [f"rank{r}/model.model.layers.{i}" for r in (0, 1) for i in (0, 1)]
     assert data["first_worse_block"] is None
@@ -125,3 +128,22 @@ def test_culprit_killed_by_a_signal_is_a_crash():
 def test_culprit_watchdog_hang():
     kind, ranks, _ = name_culprits({0: _s(0), 1: _s(1, ended=True, hung=7.0)}, {1: 3})
     assert (kind, ranks) == ("HANG", [1])
+
+
+@pytest.mark.slow
+def test_tensor_parallel_llama_names_the_rank_whose_block_is_wrong(tmp_path):
+    """The target asks for DTensor tensor parallelism (models/meta.py:llama_tp_plan): the golden upcasts each
+    rank's own weight shard. Rank 1's wrong block reaches rank 0 through the blocks' all-reduces (end to end
+    both ranks may fail), so the per-block verdicts name it: each block on eager's own input, per rank."""
+    out = tmp_path / "r.json"
+    proc = sharded("models/meta.py:build_tiny_meta_tp", "--backend", f"{PLANTED}:corrupt_on_rank1",
+                   "--train", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert "tensor parallelism" in data["notes"][0] and 1 in data["failing_ranks"]
+    blocks = {b["name"]: b["verdict"] for b in data["blocks"]}
+    assert data["first_worse_block"] == "rank1/model.model.layers.0"
+    assert {v for n, v in blocks.items() if n.startswith("rank0/")} == {"PASS"}
+    rows = {r["name"]: r for r in data["rows"]}
+    q = rows["rank0/grad.model.model.layers.0.self_attn.q_proj.weight"]
+    assert q["shape"] == [32, 64] and q["eager_vs_golden"] is not None  # half of q_proj: this rank's TP shard

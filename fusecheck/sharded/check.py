@@ -33,7 +33,7 @@ from fusecheck.rows import RowJudge
 from fusecheck.sharded import shard
 from fusecheck.sharded.blocks import judge_sharded_blocks
 from fusecheck.streamed.golden import StreamedGolden
-from fusecheck.streamed.per_block import BlockRecorder, replay_compiled
+from fusecheck.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
 from fusecheck.streamed.plan import make_plan
 
 
@@ -80,12 +80,16 @@ def _unsharded_names(model: torch.nn.Module, groups: list[torch.nn.Module]) -> d
 
 
 class _ShardedGrads:
-    """The golden's full fp64 gradient of a parameter -> the mean over ranks -> this rank's dim-0 shard."""
+    """FSDP: the golden's full fp64 gradient of a parameter -> the mean over ranks -> this rank's dim-0 shard.
+    Tensor parallelism: every rank ran the same data, the gradient is already this rank's shard (a DTensor)."""
 
-    def __init__(self, sink, rank: int, world: int):
-        self.sink, self.rank, self.world = sink, rank, world
+    def __init__(self, sink, rank: int, world: int, data_parallel: bool = True):
+        self.sink, self.rank, self.world, self.data_parallel = sink, rank, world, data_parallel
 
     def __call__(self, name: str, grad: torch.Tensor) -> None:
+        if not self.data_parallel:
+            self.sink(f"grad.{name}", _local(grad))
+            return
         grad = grad.contiguous()
         dist.all_reduce(grad)
         grad /= self.world
@@ -122,11 +126,17 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
             yield
         timings[name] = time.perf_counter() - t
 
+    tp_plan = getattr(model, "fusecheck_tp_plan", None)  # the target asks for tensor parallelism
     with measured("shard"):
         meta = shard.on_meta(model)
         if dtype is not None:
             model.to(dtype)
-        shard.fully_shard_blocks(model, plan.blocks, device)
+        if tp_plan:
+            if not meta:
+                model.to(device)
+            shard.tensor_parallel_blocks(plan.blocks, tp_plan, device)
+        else:
+            shard.fully_shard_blocks(model, plan.blocks, device)
         if meta:
             shard.materialize(model, device, seed)
         model.eval()
@@ -161,11 +171,12 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
 
     with measured("golden"):
         _golden(inputs, model, plan, judge.judge, train=train, cotangents=cotangents, device=device,
-                rank=rank, world=world)
+                rank=rank, world=world, fsdp=not tp_plan)
     block_rows = []
     if recorder is not None:
         with measured("blocks"):
-            block_rows = judge_sharded_blocks(recorder, device, policy)
+            block_rows = (judge_blocks(recorder, torch.float64, device, policy) if tp_plan
+                          else judge_sharded_blocks(recorder, device, policy))
         del recorder
     unjudged = sorted(n for n in judge.eager if n.startswith("grad.") and not n.startswith("grad.input"))
     for name in list(judge.eager):
@@ -180,18 +191,18 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
-            "n_graphs": len(capture.graphs), "blocks": block_rows, "plan": plan.describe(), "meta": meta,
+            "n_graphs": len(capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp", "plan": plan.describe(), "meta": meta,
             "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
 
 
-def _golden(case: Case, model, plan, sink, *, train, cotangents, device, rank, world) -> None:
+def _golden(case: Case, model, plan, sink, *, train, cotangents, device, rank, world, fsdp: bool) -> None:
     """`golden_runs.run_streamed` on a sharded model: gradients named by the unsharded parameters a running
     block holds, and reduced over ranks to this rank's shard before they are judged."""
     gcase = Case(model, cast_tree(case.inputs, torch.float64, device), case.name,
                  cast_tree(case.kwargs, torch.float64, device))
-    grads = _ShardedGrads(sink, rank, world)
+    grads = _ShardedGrads(sink, rank, world, data_parallel=fsdp)
     with StreamedGolden(model, plan, torch.float64, device, train=train, on_grad=grads) as streamed:
-        if train:
+        if train and fsdp:
             streamed.grads.names.update(_unsharded_names(model, [b for _, b in plan.blocks] + [model]))
         golden = run_once(model, gcase, train=train, param_grads=False,
                           cotangents=cast_tree(cotangents, torch.float64, device) if cotangents else None)

@@ -32,13 +32,16 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
         for row in res["rows"]:
             row.name = f"rank{res['rank']}/{row.name}"
             rows.append(row)
+    first = results[0]
     blocks = []
     for res in results:
         for b in res["blocks"]:
             b.name = f"rank{res['rank']}/{b.name}"
             blocks.append(b)
     first = results[0]
-    notes = [f"sharded over {len(results)} ranks with FSDP2, one group per block; blocks compiled one by one; "
+    how = ("with DTensor tensor parallelism inside each block (the target's plan; the fp64 golden upcasts "
+           "each rank's shard)" if first["layout"] == "tp" else "with FSDP2, one group per block")
+    notes = [f"sharded over {len(results)} ranks {how}; blocks compiled one by one; "
              "each rank judges its own outputs and its own gradient shards"
              + ("; built on the meta device, each rank initialised its shard" if first["meta"] else "")]
     notes += [n for res in results for n in (f"rank {res['rank']}: {x}" for x in res["notes"])]

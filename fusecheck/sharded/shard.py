@@ -50,6 +50,17 @@ def fully_shard_blocks(model: torch.nn.Module, blocks: list[tuple[str, torch.nn.
     fully_shard(model, mesh=mesh)
 
 
+def tensor_parallel_blocks(blocks: list[tuple[str, torch.nn.Module]], plan: dict, device: torch.device) -> None:
+    """DTensor tensor parallelism inside each block, as the target's `fusecheck_tp_plan` says ({submodule
+    name inside a block: ColwiseParallel() / RowwiseParallel() ...}); the rest of the model is replicated."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for _, block in blocks:
+        parallelize_module(block, mesh, plan)
+
+
 def _init_unclaimed(p: torch.Tensor, name: str) -> None:
     """Parameters of modules without `reset_parameters` (RMSNorm weights, rotary tables learned as
     parameters): norm weights (1-D `...weight`) start at one, other 1-D ones at zero, matrices as
@@ -58,6 +69,16 @@ def _init_unclaimed(p: torch.Tensor, name: str) -> None:
         p.fill_(1.0 if name.endswith("weight") else 0.0)
     else:
         p.normal_(0.0, 0.02)
+
+
+def _module_seed(seed: int, index: int, params: list[torch.Tensor], device: torch.device) -> int:
+    """Every rank reseeds per module, so replicated parameters are equal on all ranks whatever the shards drew
+    before. On a host mesh DTensor draws each shard from the local generator: the rank joins the seed there,
+    else every shard would hold the same values and a shard put in the wrong place would go unseen (on CUDA
+    DTensor's own RNG tracker gives each shard its part of one random tensor)."""
+    import torch.distributed as dist
+    sharded = any(hasattr(p, "to_local") for p in params)
+    return seed + index + (1_000_003 * dist.get_rank() if sharded and device.type != "cuda" else 0)
 
 
 def materialize(model: torch.nn.Module, device: torch.device, seed: int) -> None:
@@ -79,9 +100,10 @@ def materialize(model: torch.nn.Module, device: torch.device, seed: int) -> None
         # on a host mesh each rank draws its shard from the same seed: values differ from an unsharded init,
         # which no check depends on (eager, compiled and golden all use these weights)
         warnings.filterwarnings("ignore", message="DTensor random operators")
-        for m in model.modules():
+        for i, m in enumerate(model.modules()):
             own = [p for p in m._parameters.values() if p is not None]
             if own and callable(getattr(m, "reset_parameters", None)):
+                torch.manual_seed(_module_seed(seed, i, own, device))
                 m.reset_parameters()
                 claimed.update(id(p) for p in own)
         for name, p in model.named_parameters():
