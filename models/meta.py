@@ -36,6 +36,14 @@ def build_70b_meta() -> Case:
                          name="llama_70b_meta")
 
 
+def build_70b_meta_tp() -> Case:
+    """The 70 B shape with tensor parallelism inside each layer (the fp64 golden then holds one block shard)."""
+    case = build_70b_meta()
+    case.model.fusecheck_tp_plan = llama_tp_plan()
+    case.name = "llama_70b_meta_tp"
+    return case
+
+
 def build_tiny_meta() -> Case:
     """The tiny Llama of models/hf.py, on the meta device (tests)."""
     return llama_on_meta(64, 128, 2, 4, 2, 128, 16, batch=2, name="tiny_llama_meta")
