@@ -10,6 +10,10 @@ fp64 needs the same full fp64 block to compute with, plus an fp64 shard: it is n
 Gradients: FSDP reduce-scatters each rank's gradients (the mean over ranks) into its shard. The golden's
 fp64 gradient of each parameter is summed over ranks the same way (an fp64 all-reduce, divided by the world
 size) and this rank's rows of it (dim 0, as FSDP shards) are judged against eager's and compiled's shards.
+
+A target whose model carries `fusecheck_tp_plan` gets DTensor tensor parallelism inside each block instead:
+the golden's upcast then makes an fp64 DTensor of this rank's shard (one fp64 block *shard* per rank), and
+gradients, already per shard, are judged as they are.
 """
 from __future__ import annotations
 
@@ -99,7 +103,8 @@ class _ShardedGrads:
 
 
 def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.device, train: bool,
-               policy: Policy, seed: int, blocks: str | None, progress, block_verdicts: bool = True) -> tuple[dict[str, Any], list]:
+               policy: Policy, seed: int, blocks: str | None, progress,
+               block_verdicts: bool = True) -> tuple[dict[str, Any], list]:
     """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report, picklable), and
     the graphs it captured (kept on the rank)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -191,7 +196,8 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
     return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
-            "n_graphs": len(capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp", "plan": plan.describe(), "meta": meta,
+            "n_graphs": len(capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp",
+            "plan": plan.describe(), "meta": meta,
             "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
 
 

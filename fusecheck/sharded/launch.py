@@ -13,7 +13,6 @@ import os
 import pickle
 import sys
 import tempfile
-import time
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 

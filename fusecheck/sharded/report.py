@@ -32,7 +32,6 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
         for row in res["rows"]:
             row.name = f"rank{res['rank']}/{row.name}"
             rows.append(row)
-    first = results[0]
     blocks = []
     for res in results:
         for b in res["blocks"]:
@@ -47,8 +46,8 @@ def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: 
     notes += [n for res in results for n in (f"rank {res['rank']}: {x}" for x in res["notes"])]
     notes += peak_lines(results)
     dtype = args.dtype or "the model's own"
-    report = CheckReport(case.name, args.backend, str(dtype), args.device, args.train, args.seed, policy, rows, list(graphs),
-                         notes, golden_mode=f"streamed per rank ({first['plan']})", regional=True,
+    report = CheckReport(case.name, args.backend, str(dtype), args.device, args.train, args.seed, policy, rows,
+                         list(graphs), notes, golden_mode=f"streamed per rank ({first['plan']})", regional=True,
                          seconds=first["seconds"], memory=first["memory"], blocks=blocks)
     return report
 
