@@ -28,13 +28,16 @@ def _left_behind(mark: str) -> list[int]:
     return left
 
 
-def sharded(*args, timeout_s: float = 60.0):
-    mark = f"FUSECHECK_TEST_MARK={uuid.uuid4()}"
-    env = {**os.environ, "FUSECHECK_TEST_MARK": mark.split("=")[1], "FUSECHECK_RANK_TIMEOUT_S": str(timeout_s),
+def sharded(*args, timeout_s: float = 60.0, torchrun: bool = False):
+    """`fusecheck check ... --nproc 2`, or with `torchrun` the user's own `torchrun -m fusecheck check ...`."""
+    mark = str(uuid.uuid4())
+    env = {**os.environ, "FUSECHECK_TEST_MARK": mark, "FUSECHECK_RANK_TIMEOUT_S": str(timeout_s),
            "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "fusecheck", "check", *args, "--nproc", "2", "-q"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=240)
-    assert _left_behind(mark.split("=")[1]) == [], "rank processes left behind"
+    launcher = (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "fusecheck"]
+                if torchrun else ["-m", "fusecheck"])
+    proc = subprocess.run([sys.executable, *launcher, "check", *args, "-q", *([] if torchrun else ["--nproc", "2"])],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert _left_behind(mark) == [], "rank processes left behind"
     return proc
 
 
@@ -63,10 +66,13 @@ def test_meta_llama_passes_with_gradient_shards(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_compiled_block_wrong_on_rank_1_only_fails_naming_rank_1(tmp_path):
+def test_a_compiled_block_wrong_on_rank_1_only_fails_naming_rank_1_under_torchrun(tmp_path):
+    """Launched by the user's torchrun: each process finds itself a rank; both exit with the agreed code 1."""
     out = tmp_path / "r.json"
-    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:corrupt_on_rank1", "--json", str(out))
+    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:corrupt_on_rank1", "--json", str(out),
+                   torchrun=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "agreed by all 2 ranks: exit 1" in proc.stdout
     data = json.loads(out.read_text())
     assert data["failing_ranks"] == [1]
     status = {r["name"]: r["verdict"]["status"] for r in data["rows"]}
