@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="FILE",
                    help="a report JSON of known failures: only new failures fail the gate")
     add_scale_arguments(p)
+    from fusecheck.sharded.launch import add_sharded_arguments
+    add_sharded_arguments(p)
 
 
 def add_scale_arguments(p: argparse.ArgumentParser) -> None:
@@ -121,6 +123,9 @@ def _error_reports(args: argparse.Namespace, started: float) -> Callable[[str, i
 def run(args: argparse.Namespace) -> int:
     from fusecheck.watchdog import on_timeout, phase
     started = time.monotonic()
+    from fusecheck.sharded.launch import sharded_run
+    if (code := sharded_run(args)) is not None:
+        return code
     phase("loading torch and the target")
     from fusecheck.cli import usage_errors
     from fusecheck.case import load_target
