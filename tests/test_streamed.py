@@ -214,3 +214,16 @@ def test_a_large_parameter_changed_in_place_is_refused(monkeypatch):
     monkeypatch.setattr(ex, "FULL_COPY_PARAM_BYTES", 0)  # as if the parameter were large
     with pytest.raises(TargetError, match="changes its parameter 'w' in place"):
         run_check(Case(Drifts(), (torch.randn(4),), "drifts"), backend="eager")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("golden_device", [None, "cpu"])
+def test_streamed_golden_on_cuda_matches_whole_and_can_run_on_the_host(golden_device):
+    whole = run_check(tied_case(), dtype="bf16", device="cuda", train=True, golden="whole")
+    streamed = run_check(tied_case(), dtype="bf16", device="cuda", train=True, golden_device=golden_device)
+    assert streamed.golden_mode.startswith("streamed") and streamed.status == whole.status == "PASS"
+    for a, b in zip(whole.rows, streamed.rows):
+        assert a.name == b.name and a.verdict.code == b.verdict.code
+        assert b.vs_golden.rmse == pytest.approx(a.vs_golden.rmse, rel=1e-6)
+    assert "device_peak_bytes" in streamed.memory["golden"]
