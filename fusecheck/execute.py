@@ -210,14 +210,17 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         pairs = [(outputs[k], cast_tree(c, outputs[k].dtype)) for k, c in cots.items() if k in outputs]
         if not pairs:
             raise TargetError(f"case {case.name!r}: --train but no output requires grad")
-        taken: dict[str, torch.Tensor] = {}
+        taken: dict[str, Any] = {}
 
         def take(name: str, g: torch.Tensor) -> None:
-            taken[name] = taken[name] + g if name in taken else g
+            if digests_only:  # digest at once, so a repeat run never holds its gradients
+                taken[name] = None if name in taken else digest(g)  # accumulated twice: no digest, re-run in full
+            else:
+                taken[name] = taken[name] + g if name in taken else g
         with _taking_grads(params if param_grads else {}, take):
             torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
         del pairs
-        grads = {f"grad.{n}": keep(taken.pop(n)) for n in params if n in taken}
+        grads = {f"grad.{n}": taken.pop(n) for n in params if n in taken}
         for path, x in pytree.tree_flatten_with_path(leaves)[0]:
             if isinstance(x, torch.Tensor) and x.grad is not None:
                 grads[f"grad.input{pytree.keystr(path)}"] = keep(x.grad.detach())

@@ -8,7 +8,7 @@ Both give the same golden: the same ops in the same order in fp64.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -32,6 +32,7 @@ class GoldenRequest:
     device: torch.device       # where the golden computes (the run's device, or the host)
     mutated: tuple[str, ...]   # state/input keys that eager or compiled changed: judged like outputs
     plan: BlockPlan | None
+    notes: list[str] = field(default_factory=list)  # what the golden run chose, for the report
 
 
 def _cotangents(req: GoldenRequest):
@@ -48,10 +49,28 @@ def run_whole(req: GoldenRequest, sink: Sink) -> None:
 
 
 def run_streamed(req: GoldenRequest, sink: Sink) -> None:
+    """Streamed; a model that reads a streamed piece's weights from outside it (a dtype mismatch before any
+    result reached the sink) is run again with every piece outside the blocks upcast for the whole run."""
+    delivered: list[str] = []
+
+    def counting(name: str, t: torch.Tensor) -> None:
+        delivered.append(name)
+        sink(name, t)
+    try:
+        _run_streamed(req, req.plan, counting)
+    except RuntimeError as exc:
+        if delivered or not req.plan.units or "type" not in str(exc):
+            raise
+        req.notes.append(f"streamed golden: the model reads weights of a piece outside that piece ({exc}); "
+                         "every piece outside the blocks is upcast for the whole run")
+        _run_streamed(req, req.plan.all_resident(), sink)
+
+
+def _run_streamed(req: GoldenRequest, plan: BlockPlan, sink: Sink) -> None:
     restore_state(req.prepared, req.state)
     p = req.prepared
     gcase = Case(p.model, cast_tree(p.inputs, req.dtype, req.device), p.name, cast_tree(p.kwargs, req.dtype, req.device))
-    with StreamedGolden(p.model, req.plan, req.dtype, req.device, train=req.train,
+    with StreamedGolden(p.model, plan, req.dtype, req.device, train=req.train,
                         on_grad=lambda n, g: sink(f"grad.{n}", g)) as streamed:
         golden = run_once(p.model, gcase, train=req.train, cotangents=_cotangents(req), param_grads=False)
         streamed.finish()

@@ -276,7 +276,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
             notes.append("per-block errors are eager's only: compiled blocks are observable per block with "
                          "--regional (one compile per block); the verdict is end to end")
 
-    notes += fallback.notes()
+    notes += request.notes + fallback.notes()
     notes += eager_precision_notes(device, run_dtype)
     if dev.golden_dtype != torch.float64:
         notes.append(f"golden runs in {dev.golden_dtype} on {device}: the device has no fp64")

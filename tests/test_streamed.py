@@ -227,3 +227,26 @@ def test_streamed_golden_on_cuda_matches_whole_and_can_run_on_the_host(golden_de
         assert a.name == b.name and a.verdict.code == b.verdict.code
         assert b.vs_golden.rmse == pytest.approx(a.vs_golden.rmse, rel=1e-6)
     assert "device_peak_bytes" in streamed.memory["golden"]
+
+
+class ReadsHeadDtype(TiedStack):
+    """Casts to its head's weight dtype from outside the head (as ViT does with its patch projection)."""
+
+    def forward(self, ids):
+        h = self.embed(ids) + self.pos
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.head(h.to(self.head.weight.dtype))
+
+
+def test_a_model_reading_a_streamed_pieces_dtype_gets_it_upcast_for_the_whole_run():
+    torch.manual_seed(0)
+    r = run_check(Case(ReadsHeadDtype(), (torch.randint(0, 17, (2, 6)),), "reads_dtype"), backend="aot_eager",
+                  dtype="bf16", train=True)
+    assert r.status == "PASS" and r.golden_mode.startswith("streamed")
+    assert any("upcast for the whole run" in n for n in r.notes)
+
+
+def test_small_pieces_outside_the_blocks_stay_upcast_large_ones_stream():
+    plan = make_plan(build_wide().model)  # embed and final norm are smaller than a block
+    assert [n for n, _ in plan.resident_units] == ["embed", "norm"] and plan.units == []

@@ -77,12 +77,18 @@ class _Piece(torch.autograd.Function):
         saved = ctx.saved_tensors
         inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad[2:])]
         with torch.enable_grad(), upcast(runner.module, runner.dtype, runner.device, leaves=True) as swapped:
-            outs = runner.call(inputs)
+            outs = runner.call(inputs, keep=False)
             pairs = [(o, g) for o, g in zip(outs, grad_outs) if g is not None and o.requires_grad]
+            del outs
             if pairs:
                 torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            del pairs  # the recomputed graph references the piece's fp64 weights: release it now, not at the end
             runner.grads.closed(swapped)
+        ctx.runner = None
         return (None, None, *[t.grad if need else None for t, need in zip(inputs, ctx.needs_input_grad[2:])])
+
+
+_TENSOR = object()  # where an output tensor goes in a piece's output structure
 
 
 class _Runner:
@@ -98,20 +104,22 @@ class _Runner:
     def tensors(self) -> list[torch.Tensor]:
         return [self.flat[i] for i in self.slots]
 
-    def call(self, tensors) -> list[torch.Tensor]:
+    def call(self, tensors, keep: bool = True) -> list[torch.Tensor]:
+        """Run the piece on `tensors`; with `keep`, remember the output's structure (not its tensors)."""
         flat = list(self.flat)
         for i, t in zip(self.slots, tensors):
             flat[i] = t
         args, kwargs = pytree.tree_unflatten(flat, self.spec)
         out = self.original(*args, **kwargs)
-        leaves, self.out_spec = pytree.tree_flatten(out)
-        self.out_leaves = leaves
+        leaves, spec = pytree.tree_flatten(out)
+        if keep:
+            self.out_spec = spec
+            self.out_leaves = [_TENSOR if isinstance(x, torch.Tensor) else x for x in leaves]
         return [x for x in leaves if isinstance(x, torch.Tensor)]
 
     def rebuild(self, outs) -> Any:
         it = iter(outs)
-        return pytree.tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in self.out_leaves],
-                                     self.out_spec)
+        return pytree.tree_unflatten([next(it) if x is _TENSOR else x for x in self.out_leaves], self.out_spec)
 
 
 class StreamedGolden(contextlib.AbstractContextManager):
@@ -151,8 +159,10 @@ class StreamedGolden(contextlib.AbstractContextManager):
 
     def _root_call(self, original, *args, **kwargs):
         with contextlib.ExitStack() as stack:
-            for _, owner in self.plan.resident:
-                swapped = stack.enter_context(upcast(owner, self.dtype, self.device, recurse=False,
+            whole_run = [(owner, False) for _, owner in self.plan.resident]
+            whole_run += [(unit, True) for _, unit in self.plan.resident_units]
+            for owner, recurse in whole_run:
+                swapped = stack.enter_context(upcast(owner, self.dtype, self.device, recurse=recurse,
                                                      leaves=self.train and torch.is_grad_enabled()))
                 self.grads.opened(swapped)
                 self._resident.append(swapped)
@@ -165,4 +175,5 @@ class StreamedGolden(contextlib.AbstractContextManager):
         runner = _Runner(module, original, args, kwargs, self.dtype, self.device, self.grads)
         anchor = torch.empty(0, requires_grad=True)  # so the piece is differentiated even when no input needs grad
         outs = _Piece.apply(runner, anchor, *runner.tensors())
+        runner.flat = [None if isinstance(x, torch.Tensor) else x for x in runner.flat]  # saved by autograd instead
         return runner.rebuild(outs)

@@ -9,7 +9,7 @@ cls_token on the root) cannot be entered separately, so their own tensors are up
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,13 +22,23 @@ class BlockPlan:
     units: list[tuple[str, torch.nn.Module]]    # block-free subtrees outside the blocks
     resident: list[tuple[str, torch.nn.Module]]  # ancestors of blocks that own tensors directly
     source: str                                  # how the blocks were found, for the report
+    # Units no larger than a block are upcast for the whole run instead: models read such small pieces'
+    # weights from outside them (ViT casts its input to `embeddings.projection.weight.dtype`), and keeping
+    # them in fp64 costs at most a block each. Larger ones (an LLM's embedding and head) are streamed.
+    resident_units: list[tuple[str, torch.nn.Module]] = field(default_factory=list)
 
     @property
     def pieces(self) -> list[tuple[str, torch.nn.Module]]:
         return self.blocks + self.units
 
     def describe(self) -> str:
-        return f"{len(self.blocks)} blocks ({self.source}) and {len(self.units)} other pieces"
+        return (f"{len(self.blocks)} blocks ({self.source}), {len(self.units)} other pieces streamed, "
+                f"{len(self.resident_units)} small ones upcast for the whole run")
+
+    def all_resident(self) -> "BlockPlan":
+        """Every piece outside the blocks upcast for the whole run: for models that read even a large
+        piece's weights from outside it."""
+        return BlockPlan(self.blocks, [], self.resident, self.source, self.resident_units + self.units)
 
 
 def _numel(module: torch.nn.Module) -> int:
@@ -98,4 +108,10 @@ def make_plan(model: torch.nn.Module, pattern: str | None = None) -> BlockPlan |
             walk(f"{prefix}.{child_name}" if prefix else child_name, child)
 
     walk("", model)
-    return BlockPlan(blocks, units, resident, source)
+    largest_block = max(_bytes(m) for _, m in blocks)
+    small = [(n, m) for n, m in units if _bytes(m) <= largest_block]
+    return BlockPlan(blocks, [u for u in units if u not in small], resident, source, small)
+
+
+def _bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))

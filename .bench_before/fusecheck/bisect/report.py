@@ -1,0 +1,54 @@
+"""Rendering a BisectResult: the culprit table (tabulate) and JSON."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+from fusecheck.bisect.search import BisectResult
+from fusecheck.report.json_report import write_json as write_report_json
+
+
+def _rmse(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return "-"
+    parts = []
+    for name, row in summary.get("rows", {}).items():
+        if row.get("rmse") is None:
+            continue
+        parts.append(f"{name}: {row['rmse']:.3g} (eager {row['eager_rmse']:.3g}) {row['status']}")
+    return "\n".join(parts) or "-"
+
+
+def _short(items: list[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f", +{len(items) - n}" if len(items) > n else "")
+
+
+def format_result(result: BisectResult) -> str:
+    lines = [f"bisect: {result.status.upper()} - {result.message}",
+             f"compiles used: {result.compiles}/{result.max_compiles}, {result.seconds:.1f} s; decisions counted: "
+             + ", ".join(f"{k} {v}" for k, v in result.decisions.items())]
+    if result.unavailable:
+        lines += [f"gate unavailable: {k}: {v}" for k, v in result.unavailable.items()]
+    if result.culprits:
+        rows = [[i + 1, c.decision.kind + (" (partial)" if c.partial else ""), c.decision.name,
+                 _short(c.decision.fx_nodes) or "-", _short(c.kernels, 3) or "-", _rmse(c.with_it),
+                 _rmse(c.without_it)] for i, c in enumerate(result.culprits)]
+        lines.append(tabulate(rows, headers=["#", "kind", "decision", "FX nodes", "kernel",
+                                             "rmse vs golden with it", "without it"], tablefmt="simple"))
+        for i, c in enumerate(result.culprits):
+            if c.alternatives:
+                lines.append(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives))
+    if result.kernels:
+        rows = [[k.graph, k.kernel, _short(k.fx_nodes, 4), k.output, k.status, f"{k.rmse:.3g}",
+                 f"{k.eager_rmse:.3g}", f"{k.ratio:.3g}" if k.ratio is not None else "-"] for k in result.kernels]
+        lines.append("per-kernel attribution (kernel outputs vs its FX subgraph, eager dtype and fp64):")
+        lines.append(tabulate(rows, headers=["graph", "kernel", "FX nodes", "output", "verdict", "rmse",
+                                             "eager rmse", "ratio"], tablefmt="simple"))
+    return "\n".join(lines)
+
+
+def write_json(result: BisectResult, path: str) -> None:
+    """Strict JSON (inf severities as strings), through the same writer as `fusecheck check --json`."""
+    write_report_json(json.loads(json.dumps(result.to_dict(), default=str)), path)

@@ -1,0 +1,94 @@
+"""What the user checks: a model plus example inputs, loaded from `FILE.py:NAME`.
+
+A target function returns a `Case` or a `(model, inputs)` tuple; `inputs` may be one tensor or a tuple.
+Loading problems raise `TargetError`, which the CLI maps to exit code 2 (bad input), never to a verdict.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TARGET = str(REPO_ROOT / "models" / "transformer_block.py") + ":build"
+
+
+class TargetError(ValueError):
+    """The target cannot be loaded or does not describe a checkable case."""
+
+
+@dataclass
+class Case:
+    """A model and the example inputs it is checked on. `kwargs` are passed to the model too."""
+
+    model: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    name: str = "case"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def as_case(obj: Any, name: str = "case") -> Case:
+    if isinstance(obj, Case):
+        return obj
+    if isinstance(obj, tuple) and len(obj) == 2 and callable(obj[0]):
+        model, inputs = obj
+        inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+        return Case(model, tuple(inputs), name)
+    if obj is None:
+        raise TargetError(f"target {name!r} returned nothing; it must return a fusecheck.case.Case or (model, inputs)")
+    raise TargetError(f"target {name!r} returned {type(obj).__name__}; expected a Case or a (model, inputs) tuple")
+
+
+def load_object(spec: str) -> Any:
+    """Resolve `path/to/file.py:NAME` or `package.module:NAME` to the named object."""
+    if ":" not in spec:
+        raise TargetError(f"{spec!r}: expected FILE.py:NAME or module:NAME")
+    where, _, attr = spec.rpartition(":")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise TargetError(f"{spec!r}: file {where} not found")
+        mod_name = f"fusecheck_target_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file failed to import
+            raise TargetError(f"{spec!r}: importing {where} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise TargetError(f"{spec!r}: cannot import {where}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise TargetError(f"{spec!r}: {where} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def load_target(spec: str | None = None, seed: int = 0) -> Case:
+    """Load and build the case named by `spec` (the built-in transformer block when None), seeded."""
+    spec = spec or DEFAULT_TARGET
+    builder = load_object(spec)
+    name = spec.rpartition(":")[2] if spec != DEFAULT_TARGET else "transformer_block"
+    if isinstance(builder, (Case, tuple)):
+        return as_case(builder, name)
+    if not callable(builder):
+        raise TargetError(f"{spec!r} is not callable and not a case")
+    torch.manual_seed(seed)
+    try:
+        built = builder()
+    except Exception as exc:
+        raise TargetError(f"{spec!r}: building the case raised {type(exc).__name__}: {exc}") from exc
+    case = as_case(built, name)
+    if case.name == "case":
+        case.name = name
+    return case

@@ -1,0 +1,164 @@
+"""The one comparison core: `compare(result, reference, golden)` -> `Comparison` with metrics and a verdict.
+
+Every later capability (toggle matrix, bisector, distributed layers) judges through this function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fusecheck.compare.metrics import METRICS, Metrics, classify_nonfinite, multi_pair_metrics, pair_metrics
+from fusecheck.compare.scale import Applied, applied_thresholds
+from fusecheck.compare.verdict import RATIO_CHECKS, Status, Verdict, judge
+from fusecheck.policy import Policy, Tolerance
+
+__all__ = ["compare", "Comparison", "Metrics", "Verdict", "Status", "METRICS", "RATIO_CHECKS", "pair_metrics",
+           "input_error"]
+
+
+@dataclass
+class Comparison:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    verdict: Verdict
+    vs_reference: Metrics | None = None        # result vs eager
+    vs_golden: Metrics | None = None           # result vs golden
+    reference_vs_golden: Metrics | None = None  # eager vs golden
+    notes: list[str] = field(default_factory=list)
+    applied: Applied | None = None  # tolerance and small-value threshold at this tensor's scale
+
+    @property
+    def tolerance(self) -> Tolerance | None:
+        return None if self.applied is None else self.applied.tolerance
+
+    @property
+    def atol_scaled(self) -> bool:
+        return self.applied is not None and self.applied.atol_scaled
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def error_ratio(self) -> float | None:
+        """rmse(result, golden) / rmse(eager, golden): below 1 means compiled is closer to the golden."""
+        if self.vs_golden is None or self.reference_vs_golden is None:
+            return None
+        den = self.reference_vs_golden.rmse
+        return self.vs_golden.rmse / den if den else (0.0 if self.vs_golden.rmse == 0 else float("inf"))
+
+    def to_dict(self) -> dict:
+        def m(x):
+            return None if x is None else dict(x.values)
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "verdict": self.verdict.to_dict(),
+                "error_ratio": self.error_ratio, "vs_eager": m(self.vs_reference), "vs_golden": m(self.vs_golden),
+                "eager_vs_golden": m(self.reference_vs_golden), "notes": list(self.notes),
+                "applied": None if self.applied is None else {
+                    "rtol": self.applied.tolerance.rtol, "atol": self.applied.tolerance.atol,
+                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max}}
+
+
+def input_error(name: str, code: str, message: str, result=None) -> Comparison:
+    """A comparison that could not be made; always ERROR or FAIL, never PASS."""
+    status = Status.FAIL if code.endswith("_mismatch") else Status.ERROR
+    dtype = str(getattr(result, "dtype", type(result).__name__)).removeprefix("torch.")
+    shape = tuple(getattr(result, "shape", ()))
+    return Comparison(name, dtype, shape, Verdict(status, code, message))
+
+
+def _structural_check(name: str, result, reference, golden) -> Comparison | None:
+    if not isinstance(result, torch.Tensor) or not isinstance(reference, torch.Tensor):
+        return input_error(name, "type_mismatch",
+                           f"expected tensors, got {type(result).__name__} (compiled) and {type(reference).__name__} (eager)",
+                           result)
+    if result.shape != reference.shape:
+        return input_error(name, "shape_mismatch", f"compiled shape {tuple(result.shape)} != eager {tuple(reference.shape)}", result)
+    if result.dtype != reference.dtype:
+        return input_error(name, "dtype_mismatch", f"compiled dtype {result.dtype} != eager {reference.dtype}", result)
+    if result.device != reference.device:
+        return input_error(name, "device_mismatch", f"compiled on {result.device}, eager on {reference.device}", result)
+    if golden is not None and tuple(golden.shape) != tuple(result.shape):
+        return input_error(name, "golden_shape_mismatch",
+                           f"golden shape {tuple(golden.shape)} != eager {tuple(result.shape)}: the fp64 model differs", result)
+    if result.numel() == 0:
+        return input_error(name, "empty", "output is empty (0 elements): nothing to compare, cannot pass", result)
+    if golden is not None and golden.is_floating_point() and bool(torch.isnan(golden).all()):
+        return input_error(name, "golden_all_nan", "golden (fp64) output is all NaN: the model or inputs are "
+                           "broken, no verdict is possible", result)
+    if result.is_floating_point() and not bool(torch.isfinite(result).any()):
+        return _no_finite_result(name, result, reference, golden)
+    return None
+
+
+def _no_finite_result(name: str, result, reference, golden) -> Comparison:
+    """The compiled output holds only NaN/Inf. Only when the golden is non-finite everywhere too (a NaN/Inf
+    propagation test) can positions be judged; otherwise this never passes."""
+    if golden is not None and not bool(torch.isfinite(golden).any()):
+        pattern = classify_nonfinite(result)
+        if bool((pattern == classify_nonfinite(golden.to(result.device))).all()):
+            if bool((pattern == classify_nonfinite(reference)).all()):
+                return Comparison(name, str(result.dtype).removeprefix("torch."), tuple(result.shape),
+                                  Verdict(Status.PASS, "nonfinite_positions_match", "every element is NaN/Inf, "
+                                          "as in the golden and eager, at the same positions"))
+        return input_error(name, "nan_inf_mismatch", "NaN/Inf positions of compiled differ from the golden's "
+                           "(every golden element is NaN/Inf)", result)
+    if bool(torch.isfinite(reference).any()):
+        return input_error(name, "nan_inf_mismatch", "compiled output has no finite value (all NaN/Inf); "
+                           "eager has finite values", result)
+    return input_error(name, "no_finite_values", "compiled and eager outputs have no finite value (all "
+                       "NaN/Inf): nothing to judge, cannot pass", result)
+
+
+# 1-byte floats: few CPU/GPU ops accept them (isfinite, abs, where), so they are judged on exact fp32
+# copies; tolerance, ULP format and the reported dtype stay theirs.
+NARROW_FLOATS = {d for d in (getattr(torch, n, None) for n in dir(torch) if n.startswith("float8"))
+                 if isinstance(d, torch.dtype)}
+
+
+def _as_real(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Complex tensors are judged on (real, imag) pairs: casting to a real dtype would drop the imaginary part."""
+    return torch.view_as_real(t.resolve_conj()) if t is not None and t.is_complex() else t
+
+
+def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor | None = None, *,
+            policy: Policy | None = None, exact: bool = False, exact_reason: str = "", name: str = "output",
+            reference_vs_golden: Metrics | None = None, chunk_elems: int | None = None) -> Comparison:
+    """Compare `result` (compiled/fused) with `reference` (eager) and, if given, both with `golden` (fp64).
+
+    `exact=True` demands bitwise equality (data movement). `reference_vs_golden` lets a caller pass a
+    precomputed (for example, worst-of-two-runs) eager error instead of recomputing it.
+    """
+    policy = policy or Policy()
+    dtype = getattr(result, "dtype", None)  # judged as this dtype, also where the arithmetic runs on a copy
+    if dtype in NARROW_FLOATS and getattr(reference, "dtype", None) == dtype:
+        result, reference = result.float(), reference.float()  # exact: fp8 -> fp32 loses no bit
+    if getattr(golden, "dtype", None) in NARROW_FLOATS:  # the model itself casts to fp8: so does its golden
+        golden = golden.float()
+    bad = _structural_check(name, result, reference, golden)
+    if bad is not None:
+        return bad
+    if result.is_complex():
+        result, reference, golden = _as_real(result), _as_real(reference), _as_real(golden)
+        bad = _structural_check(name, result, reference, golden)  # NaN/finiteness of the real view
+        if bad is not None:
+            return bad
+    judged = result.dtype if dtype.is_complex else dtype  # complex: judged as its real parts
+    applied = applied_thresholds(policy, judged, reference, golden,
+                                 **({"chunk_elems": chunk_elems} if chunk_elems else {}))
+    tol = applied.tolerance
+    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
+    if chunk_elems:
+        kwargs["chunk_elems"] = chunk_elems
+    pairs = {"vs_reference": (result, reference)}
+    if golden is not None:
+        pairs["vs_golden"] = (result, golden)
+        if reference_vs_golden is None:
+            pairs["reference_vs_golden"] = (reference, golden)
+    metrics = multi_pair_metrics(pairs, **kwargs)
+    ref_g = reference_vs_golden or metrics.get("reference_vs_golden")
+    verdict = judge(vs_reference=metrics["vs_reference"], vs_golden=metrics.get("vs_golden"),
+                    reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason)
+    return Comparison(name, str(dtype).removeprefix("torch."), tuple(result.shape), verdict,
+                      metrics["vs_reference"], metrics.get("vs_golden"), ref_g, applied=applied)

@@ -1,0 +1,190 @@
+"""The three layers, as run inside one rank: each returns this rank's verdict for one run.
+
+  comm    (layer 1): the kernel with identity compute on position-tagged inputs, vs the collective's invariant,
+                     exact; wrong elements are decoded to source rank/block.
+  compute (layer 2): the kernel's compute with identity communication, fed what the collective would have
+                     delivered, vs torch ops in the op dtype and in fp64; also with NaN/Inf planted in inputs.
+  whole   (layer 3): the fused kernel vs a torch.distributed collective + torch ops, in the op dtype and fp64.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from fusecheck.compare import compare, input_error
+from fusecheck.dist import workspace
+from fusecheck.dist.collectives import COLLECTIVES
+from fusecheck.dist.spec import DistSpec
+from fusecheck.dist.stress import StressConfig, injected_delays, stable_seed
+from fusecheck.dist.tags import explain
+from fusecheck.policy import Policy
+
+
+class RunContext:
+    """Everything one rank needs for one run: spec, group, rank, world, shape, dtype, seed, device."""
+
+    def __init__(self, spec: DistSpec, group, rank: int, world: int, shape: dict, dtype: torch.dtype, seed: int,
+                 device: torch.device, policy: Policy, stress: StressConfig | None, on_call=None,
+                 poison_seed: int | None = None):
+        self.spec, self.group, self.rank, self.world = spec, group, rank, world
+        self.shape, self.dtype, self.seed, self.device = shape, dtype, seed, device
+        self.policy, self.stress, self.on_call = policy, stress, on_call
+        # the workspace poison must not change between repeats of one shape: a slot that is never written
+        # (a layout bug) then reads the same garbage every repeat, and only a race makes layer 1 vary
+        self.poison_seed = seed if poison_seed is None else poison_seed
+
+    def inputs(self, rank: int) -> dict[str, torch.Tensor]:
+        made = self.spec.make_inputs(dict(self.shape), rank, self.world, self.seed, self.dtype)
+        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in made.items()}
+
+    def all_inputs(self) -> list[dict[str, torch.Tensor]]:
+        return [self.inputs(r) for r in range(self.world)]
+
+    def kernel_call(self, fn, *args):
+        """Run a kernel entry point: workspaces poisoned first, stress delays around its communication."""
+        workspace.poison_all(stable_seed(self.poison_seed, self.rank, fn.__name__))
+        with injected_delays(self.stress, self.rank, self.on_call):
+            return fn(*args)
+
+
+def _same_inputs(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, torch.Tensor):
+            if not (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
+                    and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _not_rank_distinct(sources: list) -> str:
+    """Why the collective's inputs cannot show a misrouted block (two ranks' inputs are bitwise equal), or ''."""
+    seen: dict[str, int] = {}
+    for r, t in enumerate(sources):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return ""
+        d = digest(t)
+        if d in seen:
+            return (f"inputs are not rank-distinct: a misrouted block cannot be seen (comm_input of ranks {seen[d]} "
+                    f"and {r} are bitwise equal; make_inputs must depend on its rank argument)")
+        seen[d] = r
+    return ""
+
+
+def _clone(inputs: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _to(inputs: dict, dtype: torch.dtype) -> dict:
+    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in inputs.items()}
+
+
+def _result(ctx: RunContext, layer: str, cmp, **extra) -> dict:
+    return {"layer": layer, "rank": ctx.rank, "status": cmp.verdict.status.value, "passed": cmp.passed,
+            "comparison": cmp.to_dict(), **extra}
+
+
+def comm_layer(ctx: RunContext) -> dict:
+    coll = COLLECTIVES[ctx.spec.collective]
+    sources = [ctx.spec.comm_input(i) for i in ctx.all_inputs()]
+    bad = coll.precondition(sources, ctx.world)
+    if bad:
+        return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {bad}"))
+    shape, numel = tuple(sources[0].shape), sources[0].numel()
+    tag_dtype = coll.tags.dtype_for(ctx.dtype, ctx.world, numel)
+    tags = [coll.tags.encode(r, ctx.world, shape, tag_dtype).to(ctx.device) for r in range(ctx.world)]
+    expected = coll.deliver(tags, ctx.rank)
+    got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank].clone(), ctx.group)
+    cmp = compare(got, expected, exact=True, exact_reason=f"layer 1 moves exact position tags ({coll.invariant})",
+                  name="comm", policy=ctx.policy)
+    lines, classes = [], {}
+    if not cmp.passed and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        row_len = max(1, numel // max(1, shape[0])) if shape else 1
+        lines, classes = explain(got.detach().cpu(), expected.cpu(), coll.tags, ctx.world, numel, row_len,
+                                 ctx.spec.block_rows(shape[0] if shape else 1), ctx.rank)
+        cmp.notes.extend(lines)
+    # tags do not depend on the seed: a deterministic kernel returns the same bits in every repeat
+    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got),
+                   tag_dtype=str(tag_dtype).removeprefix("torch."))
+
+
+def plant_specials(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Copy of `t` with NaN, +Inf and -Inf planted (seeded) in a subset of positions that leaves finite values for
+    layer 2 to judge. Viewed as rows x cols (leading dim x the rest; a 1-D tensor is one row), the specials go in
+    at most cols - 1 columns of one row (a column-wise op such as `delivered @ b` with specials in `b` keeps a
+    finite output column even when b has 3 columns or fewer); those that do not fit go to the same columns of
+    other rows, using at most rows - 1 rows (a row-wise op such as a norm keeps a finite row). A tensor too small
+    for all three (one row, or one column) gets fewer, NaN first. An op that mixes every element into every
+    output (a norm of a single row) can still give an all-NaN/Inf output: it is then judged by positions."""
+    t = t.clone(memory_format=torch.contiguous_format)   # so that `rows` below is a view of it
+    if t.numel() == 0:
+        return t
+    rows = t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
+    n_rows, n_cols = rows.shape
+    specials = (float("nan"), float("inf"), float("-inf"))
+    cols = torch.randperm(n_cols, generator=gen)[:max(1, min(len(specials), n_cols - 1))].tolist()
+    use_rows = torch.randperm(n_rows, generator=gen)[:max(1, n_rows - 1)].tolist()
+    slots = [(r, c) for r in use_rows for c in cols]
+    for (r, c), val in zip(slots, specials):
+        rows[r, c] = val
+    return t
+
+
+def special_targets(ctx: RunContext) -> list[str]:
+    """Tensors that get NaN/Inf in turn: what communication delivers, then every floating input."""
+    inputs = ctx.inputs(ctx.rank)
+    return ["delivered"] + [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def compute_layer(ctx: RunContext, special: str | None = None) -> dict:
+    """Layer 2; `special` names the tensor ("delivered" or an input) that gets NaN/+Inf/-Inf, or None."""
+    coll = COLLECTIVES[ctx.spec.collective]
+    all_inputs = ctx.all_inputs()
+    sources = [ctx.spec.comm_input(i) for i in all_inputs]
+    bad = coll.precondition(sources, ctx.world)
+    if bad:
+        return _result(ctx, "compute", input_error("compute", "bad_input", f"{coll.name}: {bad}"))
+    if special is None and not _same_inputs(all_inputs[ctx.rank], ctx.inputs(ctx.rank)):
+        return _result(ctx, "compute", input_error(
+            "compute", "nondeterministic_inputs", "make_inputs returned different tensors for the same (shape, "
+            "rank, world, seed, dtype): layers 1 and 2 regenerate other ranks' inputs and need a pure function"))
+    same = _not_rank_distinct(sources) if special is None else ""
+    if same:   # layer 3 would pass a kernel that sends rank i's block to rank j's slot
+        return _result(ctx, "compute", input_error("compute", "inputs_not_rank_distinct", same))
+    delivered, inputs = coll.deliver(sources, ctx.rank), dict(all_inputs[ctx.rank])
+    if special:
+        gen = torch.Generator().manual_seed(ctx.seed * 7919 + ctx.rank)
+        if special == "delivered":
+            delivered = plant_specials(delivered, gen)
+        else:
+            inputs[special] = plant_specials(inputs[special], gen)
+    workspace.poison_all(ctx.seed)
+    got = ctx.spec.compute_only(delivered.clone(), _clone(inputs))
+    eager = ctx.spec.compute_golden(delivered.clone(), _clone(inputs))
+    gold = ctx.spec.compute_golden(delivered.double(), _to(inputs, torch.float64))
+    variant = f"nan_inf:{special}" if special else "finite"
+    return _result(ctx, "compute", compare(got, eager, gold, policy=ctx.policy, name=f"compute[{variant}]"),
+                   variant=variant)
+
+
+def whole_layer(ctx: RunContext) -> dict:
+    inputs = ctx.inputs(ctx.rank)
+    got = ctx.kernel_call(ctx.spec.fused, _clone(inputs), ctx.group)
+    eager = ctx.spec.golden(_clone(inputs), ctx.group)
+    gold = ctx.spec.golden(_to(inputs, torch.float64), ctx.group)
+    cmp = compare(got, eager, gold, policy=ctx.policy, name="whole")
+    return _result(ctx, "whole", cmp, digest=digest(got))
+
+
+def digest(t) -> str | None:
+    """Hash of a tensor's bits (cross-rank agreement, run-to-run determinism)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha1(raw + str(tuple(t.shape)).encode()).hexdigest()

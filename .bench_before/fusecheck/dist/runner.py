@@ -1,0 +1,131 @@
+"""One `fusecheck dist` check end to end: spec -> rank pool -> per-rank verdicts -> summaries -> diagnosis."""
+from __future__ import annotations
+
+import atexit
+import importlib
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from fusecheck.dist.collectives import COLLECTIVES
+from fusecheck.dist.diagnosis import Diagnosis, Facts, diagnose
+from fusecheck.dist.pool import Outcome, RankPool
+from fusecheck.dist.spec import DistSpec, load_spec
+from fusecheck.dist.stats import rate_summary
+from fusecheck.dist.summary import LayerSummary, cross_rank, summarize
+from fusecheck.dist.task import LAYERS, CheckTask
+
+EXIT = {"PASS": 0, "FAIL": 1, "ERROR": 2, "HANG": 3, "CRASH": 3}
+
+_POOLS: dict[tuple, RankPool] = {}
+
+
+def get_pool(world: int, backend: str = "gloo", timeout_s: float = 30.0, start_method: str | None = None) -> RankPool:
+    """A pool reused by every check of this process with the same (world, backend, timeout, start method)."""
+    key = (world, backend, timeout_s, start_method)
+    if key not in _POOLS:
+        _POOLS[key] = RankPool(world, backend, timeout_s, start_method=start_method)
+    return _POOLS[key]
+
+
+@atexit.register
+def close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+
+
+@dataclass
+class DistReport:
+    task: CheckTask
+    spec: DistSpec
+    world: int
+    backend: str
+    outcome: Outcome
+    layers: dict[str, LayerSummary]
+    cross: dict
+    diagnosis: Diagnosis
+    status: str
+    elapsed_s: float
+    results: list[dict] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.status]
+
+    def to_dict(self) -> dict:
+        t = self.task
+        whole = self.layers["whole"]
+        return {
+            "tool": "fusecheck dist", "status": self.status, "exit_code": self.exit_code,
+            "spec": t.spec_ref, "spec_kwargs": t.spec_kwargs, "collective": self.spec.collective,
+            "invariant": COLLECTIVES[self.spec.collective].invariant, "tiling": dict(self.spec.tiling),
+            "world_size": self.world, "backend": self.backend, "dtype": t.dtype, "seed": t.seed,
+            "shapes": t.shapes or list(self.spec.shapes), "repeat": t.repeat, "stress": t.stress,
+            "max_delay_ms": t.max_delay_ms if t.stress else None, "policy": t.policy.to_dict(),
+            "run": self.outcome.to_dict(),
+            "layers": {name: {**s.to_dict(), "runs": runs_of(self.results, name)}
+                       for name, s in self.layers.items()},
+            "cross_rank": self.cross,
+            "repeat_stats": {name: rate_summary(s.failed_runs, s.runs) for name, s in self.layers.items()},
+            "whole_failure_rate": rate_summary(whole.failed_runs, whole.runs),
+            "diagnosis": self.diagnosis.to_dict(),
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+def runs_of(results: list[dict], layer: str) -> list[dict]:
+    """One layer's results as runs, each with its per-rank verdicts: {"ranks": {"0": {...}, "1": {...}}}."""
+    runs: dict[tuple, dict] = {}
+    for r in results:
+        if r["layer"] != layer:
+            continue
+        key = (r["shape_index"], r["repeat"], r.get("variant", ""))
+        run = runs.setdefault(key, {"shape_index": key[0], "repeat": key[1], "variant": key[2] or None,
+                                    "seed": r["seed"], "stress": r.get("stress"), "ranks": {}})
+        run["ranks"][str(r["rank"])] = {k: v for k, v in r.items()
+                                        if k not in ("layer", "rank", "shape_index", "repeat", "variant", "seed",
+                                                     "stress")}
+    return [runs[k] for k in sorted(runs)]
+
+
+def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float = 30.0,
+          pool: RankPool | None = None, start_method: str | None = None) -> DistReport:
+    spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
+    if spec.collective not in COLLECTIVES:
+        raise ValueError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+    for module in spec.preload_modules:
+        importlib.import_module(module)
+    t0 = time.monotonic()
+    pool = pool or get_pool(world, backend, timeout_s, start_method)
+    outcome = pool.run(task)
+    return build_report(task, spec, world, backend, outcome, time.monotonic() - t0)
+
+
+def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outcome: Outcome,
+                 elapsed_s: float) -> DistReport:
+    complete = outcome.status == "ok"
+    results = sorted(outcome.results, key=lambda r: (LAYERS.index(r["layer"]), r["shape_index"], r["repeat"],
+                                                     r.get("variant", ""), r["rank"]))
+    layers = {name: summarize(name, results, world, complete) for name in LAYERS}
+    for name in task.layers:
+        if not complete and layers[name].status == "NOT RUN":
+            layers[name].status = "INCOMPLETE"   # asked for, cut short by HANG/CRASH
+    cross = cross_rank(results, world) if spec.outputs_agree else {"status": "NOT REQUIRED"}
+    facts = Facts(layers["comm"], layers["compute"], layers["whole"], cross, outcome.status, outcome.ranks,
+                  outcome.detail, world)
+    diagnosis = diagnose(facts)
+    if outcome.status != "ok":
+        status = outcome.status
+    elif any(s.status == "FAIL" for s in layers.values()) or cross.get("status") == "FAIL":
+        status = "FAIL"
+    elif any(s.status in ("ERROR", "INCOMPLETE") for s in layers.values()) or not any(
+            s.runs for s in layers.values()):
+        status = "ERROR"
+    else:
+        status = "PASS"
+    return DistReport(task, spec, world, backend, outcome, layers, cross, diagnosis, status, elapsed_s, results)
+
+
+def replace_task(task: CheckTask, **changes) -> CheckTask:
+    return dataclasses.replace(task, **changes)

@@ -1,0 +1,114 @@
+"""Per-layer summaries of the per-rank results: which runs failed, on which ranks, how often (with a bound)."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from fusecheck.dist.stats import rate_summary
+
+
+@dataclass
+class LayerSummary:
+    layer: str
+    status: str = "NOT RUN"          # PASS / FAIL / ERROR / NOT RUN / INCOMPLETE
+    runs: int = 0
+    failed_runs: int = 0
+    failing_ranks: list[int] = field(default_factory=list)
+    ranks_per_failed_run: list[list[int]] = field(default_factory=list)
+    codes: dict[str, int] = field(default_factory=dict)           # verdict codes of failing rank results
+    classes: dict[str, int] = field(default_factory=dict)         # layer-1 decoded error classes
+    decoded: list[str] = field(default_factory=list)              # layer-1 lines of the first failing run
+    first_failure: str = ""
+    variants_failed: list[str] = field(default_factory=list)
+    intermittent_shapes: list[int] = field(default_factory=list)  # shapes with both passing and failing runs
+    missing: list[str] = field(default_factory=list)
+    nondeterministic_shapes: list[int] = field(default_factory=list)  # same inputs, different output bits
+    run_outcomes: list[list] = field(default_factory=list)   # [shape, repeat, variant, failed] per complete run
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("FAIL", "ERROR")
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["failure_rate"] = rate_summary(self.failed_runs, self.runs)
+        return d
+
+
+def run_key(r: dict) -> tuple:
+    return (r["shape_index"], r["repeat"], r.get("variant", ""))
+
+
+def summarize(layer: str, results: list[dict], world: int, complete: bool) -> LayerSummary:
+    """`complete` is False after a HANG/CRASH: runs some ranks never finished are not counted."""
+    s = LayerSummary(layer)
+    runs: dict[tuple, dict[int, dict]] = collections.defaultdict(dict)
+    for r in results:
+        if r["layer"] == layer:
+            runs[run_key(r)][r["rank"]] = r
+    if not runs:
+        return s
+    codes, classes, variants = collections.Counter(), collections.Counter(), set()
+    failing, per_shape = set(), collections.defaultdict(set)
+    any_fail = False
+    for key in sorted(runs):
+        ranks = runs[key]
+        if len(ranks) < world:
+            if complete:
+                s.missing.append(f"run {key}: no result from rank(s) "
+                                 f"{sorted(set(range(world)) - set(ranks))}")
+            continue
+        s.runs += 1
+        bad = sorted(r for r, res in ranks.items() if not res["passed"])
+        per_shape[key[0]].add(bool(bad))
+        s.run_outcomes.append([key[0], key[1], key[2] or "", bool(bad)])
+        if not bad:
+            continue
+        s.failed_runs += 1
+        s.ranks_per_failed_run.append(bad)
+        failing |= set(bad)
+        if key[2]:
+            variants.add(key[2])
+        for r in bad:
+            res = ranks[r]
+            v = res["comparison"]["verdict"]
+            codes[v["code"]] += 1
+            any_fail |= v["status"] == "FAIL"
+            classes.update(res.get("classes") or {})
+        if not s.first_failure:
+            r0 = ranks[bad[0]]
+            s.first_failure = (f"shape {key[0]} repeat {key[1]}{' ' + key[2] if key[2] else ''}, rank {bad[0]}: "
+                               f"{r0['comparison']['verdict']['code']}: {r0['comparison']['verdict']['message']}")
+            s.decoded = [line for r in bad for line in ranks[r].get("decoded") or []]
+    s.failing_ranks, s.codes, s.classes = sorted(failing), dict(codes), dict(classes)
+    s.variants_failed = sorted(variants)
+    s.intermittent_shapes = sorted(k for k, outcomes in per_shape.items() if outcomes == {True, False})
+    if layer == "comm":  # layer-1 inputs (tags) are identical in every repeat
+        digests = collections.defaultdict(set)
+        for key, ranks in runs.items():
+            for r, res in ranks.items():
+                digests[(key[0], r)].add(res.get("digest"))
+        s.nondeterministic_shapes = sorted({k[0] for k, d in digests.items() if len(d) > 1})
+    if s.failed_runs:
+        s.status = "FAIL" if any_fail else "ERROR"   # ERROR: could not judge (bad input), never a pass
+    elif s.missing:
+        s.status = "ERROR"
+    elif s.runs:
+        s.status = "PASS" if complete else "INCOMPLETE"
+    else:
+        s.status = "INCOMPLETE"
+    return s
+
+
+def cross_rank(results: list[dict], world: int) -> dict:
+    """Whole-kernel outputs that must agree on all ranks: compare each rank's output digest with rank 0's."""
+    runs: dict[tuple, dict[int, str]] = collections.defaultdict(dict)
+    for r in results:
+        if r["layer"] == "whole" and r.get("digest"):
+            runs[run_key(r)][r["rank"]] = r["digest"]
+    bad = []
+    for key, digests in sorted(runs.items()):
+        if len(digests) == world and len(set(digests.values())) > 1:
+            differ = sorted(r for r, d in digests.items() if d != digests[0])
+            bad.append({"shape_index": key[0], "repeat": key[1], "ranks_differing_from_rank0": differ})
+    return {"status": "FAIL" if bad else ("PASS" if runs else "NOT RUN"), "runs": len(runs), "mismatches": bad}

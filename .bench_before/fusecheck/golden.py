@@ -1,0 +1,52 @@
+"""Preparing a case for a run, and the high-precision golden: the same model and inputs upcast.
+
+The golden copies the model *after* it was cast to the run dtype, so it uses the same (rounded) weights
+and inputs and differs from eager only in arithmetic precision.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fusecheck.case import Case
+
+
+COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64}
+
+
+def cast_tree(tree: Any, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
+    """Cast floating tensors of a pytree to `dtype` and move all tensors to `device`."""
+    def leaf(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        x = x.to(device) if device is not None else x
+        if dtype is not None and x.is_complex() and dtype in COMPLEX_OF:
+            return x.to(COMPLEX_OF[dtype])
+        return x.to(dtype) if dtype is not None and x.is_floating_point() else x
+    return pytree.tree_map(leaf, tree)
+
+
+def cast_model(model: Any, dtype: torch.dtype | None, device: str | torch.device | None) -> Any:
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device) if device is not None else model
+        return model.to(dtype) if dtype is not None else model
+    return model
+
+
+def prepare_case(case: Case, dtype: torch.dtype | None, device: str) -> Case:
+    """Cast model and floating inputs to the run dtype, move to the device, eval mode (no dropout)."""
+    model = cast_model(case.model, dtype, device)
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    return Case(model, cast_tree(case.inputs, dtype, device), case.name, cast_tree(case.kwargs, dtype, device))
+
+
+def golden_case(case: Case, golden_dtype: torch.dtype) -> Case:
+    """Deep copy of an already prepared case, upcast to `golden_dtype` (fp64, or fp32 without fp64)."""
+    model = case.model
+    if isinstance(model, torch.nn.Module):
+        model = copy.deepcopy(model).to(golden_dtype)
+    return Case(model, cast_tree(case.inputs, golden_dtype), case.name, cast_tree(case.kwargs, golden_dtype))
