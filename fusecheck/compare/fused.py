@@ -14,6 +14,8 @@ so the ULP scale is the exact power of two torch.ldexp multiplies by.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from fusecheck.compare import compiled
@@ -56,12 +58,12 @@ def _count(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.to(dtype).sum()
 
 
-def params(device: torch.device, acc: torch.dtype, *, mant: int, min_eb: int, rtol: float, atol: float,
+def params(acc: torch.dtype, *, mant: int, min_eb: int, rtol: float, atol: float,
            small_threshold: float, small_atol: float, octave_base: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The thresholds as device tensors: a compiled core then serves every tensor's scale without a
+    """The thresholds as (CPU) tensors: a compiled core then serves every tensor's scale without a
     recompile (Python floats would be specialised into the graph)."""
-    return (torch.tensor([rtol, atol, small_threshold, small_atol], dtype=acc, device=device),
-            torch.tensor([mant, min_eb, octave_base], dtype=torch.int64, device=device))
+    return (torch.tensor([rtol, atol, small_threshold, small_atol], dtype=acc),
+            torch.tensor([mant, min_eb, octave_base], dtype=torch.int64))
 
 
 def _pair(a: torch.Tensor, b: torch.Tensor, a_raw: torch.Tensor, b_raw: torch.Tensor, fparams: torch.Tensor,
@@ -112,11 +114,26 @@ def _pair(a: torch.Tensor, b: torch.Tensor, a_raw: torch.Tensor, b_raw: torch.Te
         "mismatches": _count((finite & (absdiff > atol + rtol * babs)) | mismatch_nf, acc),
         "bits_equal": (_count(_bits(a_raw) == _bits(b_raw), acc) if a_raw.dtype == b_raw.dtype
                        else torch.full((), -1.0, dtype=acc, device=a.device)),
-        "octave_n": torch.zeros(OCTAVES, dtype=acc, device=a.device).scatter_add(0, octave, big.to(acc)),
-        "octave_max_abs": torch.zeros(OCTAVES, dtype=acc, device=a.device).scatter_reduce(
-            0, octave, err_big, "amax"),
+        "octave_n": _per_octave(octave, big.to(acc), "sum"),
+        "octave_max_abs": _per_octave(octave, err_big, "amax"),
     }
     return out
+
+
+# Scatter slots per octave: on a GPU every element of a chunk landing on 40 addresses serialises the
+# atomics, so element i goes to slot i % SLOTS of its octave and the slots are reduced after. One on CPU.
+SLOTS = {"cpu": 1}
+GPU_SLOTS = 4096
+
+
+def _per_octave(octave: torch.Tensor, values: torch.Tensor, how: str) -> torch.Tensor:
+    slots = SLOTS.get(values.device.type, GPU_SLOTS)
+    if slots > 1:
+        slot = torch.arange(values.numel(), device=values.device) % slots
+        octave = octave + OCTAVES * slot
+    bins = torch.zeros(OCTAVES * slots, dtype=values.dtype, device=values.device)
+    bins = bins.scatter_add(0, octave, values) if how == "sum" else bins.scatter_reduce(0, octave, values, how)
+    return bins.view(slots, OCTAVES).sum(0) if how == "sum" else bins.view(slots, OCTAVES).amax(0)
 
 
 def chunk_partials(raws: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: torch.dtype,
@@ -135,12 +152,20 @@ ENTRIES = sum(a.size for a in ACCUMULATORS.values())
 SUM_COLUMNS = torch.tensor([a.combine == "sum" for a in ACCUMULATORS.values() for _ in range(a.size)])
 
 
+@functools.lru_cache(maxsize=64)
+def _zero_partials(dtypes: tuple[torch.dtype, ...], pairs, acc, fvalues: tuple, ivalues: tuple) -> torch.Tensor:
+    """Partials of one zero element, on the CPU (no device launches, no sync)."""
+    fparams = torch.tensor(fvalues, dtype=acc)
+    iparams = torch.tensor(ivalues, dtype=torch.int64)
+    return chunk_partials([torch.zeros(1, dtype=d) for d in dtypes], pairs, acc, fparams, iparams)
+
+
 def pad_correction(raws: list[torch.Tensor], pairs, acc, fparams, iparams, pad: int) -> torch.Tensor:
     """What `pad` zero elements added to each entry: `pad` times one zero element's partials, on entries
     combined by sum (a zero adds nothing to a maximum: every maximised quantity is >= 0). A negative
-    one-element entry is a flag (bits_equal -1: dtypes differ), not a count."""
-    one = chunk_partials([r.new_zeros(1) for r in raws], pairs, acc, fparams, iparams)
-    return torch.where(SUM_COLUMNS.to(one.device) & (one >= 0), one * pad, 0.0)
+    one-element entry is a flag (bits_equal -1: dtypes differ), not a count. `fparams`, `iparams` on CPU."""
+    one = _zero_partials(tuple(r.dtype for r in raws), pairs, acc, tuple(fparams.tolist()), tuple(iparams.tolist()))
+    return torch.where(SUM_COLUMNS & (one >= 0), one * pad, 0.0).to(raws[0].device, non_blocking=True)
 
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
@@ -149,7 +174,9 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
     """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). Large
     tensors go through the compiled kernel where enabled; an explicit `chunk_elems` keeps the eager core."""
     fast = (chunk_elems is None and compiled.enabled(device) and acc == torch.float64
-            and tensors[0].numel() >= compiled.chunk_elems(device))
+            and tensors[0].numel() >= compiled.chunk_elems(device) and not torch.compiler.is_compiling())
+    host = (fparams, iparams)  # thresholds as given (CPU), for the padding correction
+    fparams, iparams = fparams.to(device), iparams.to(device)
     size = compiled.chunk_elems(device) if fast else (chunk_elems or DEFAULT_CHUNK_ELEMS)
     sums, maxes = None, None
     for chunk in iter_aligned_chunks(tensors, size):
@@ -163,7 +190,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
         elif fast and n < size:
             out = compiled.call(chunk_partials, compiled.padded(raws, size), (pairs, acc), (fparams, iparams))
             if out is not None:
-                out = out - pad_correction(raws, pairs, acc, fparams, iparams, size - n)
+                out = out - pad_correction(raws, pairs, acc, *host, size - n)
         if out is None:
             out = chunk_partials(raws, pairs, acc, fparams, iparams)
         sums = out if sums is None else sums + out

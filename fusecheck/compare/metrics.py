@@ -237,7 +237,7 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     device = next(iter(pairs.values()))[0].device
     acc = accum_dtype(device)
     mant, min_eb = ulp_format(ulp_dtype)
-    fparams, iparams = fused.params(device, acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
+    fparams, iparams = fused.params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
                                     small_threshold=small_threshold,
                                     small_atol=atol if small_atol is None else small_atol,
                                     octave_base=octave_base(small_threshold))
