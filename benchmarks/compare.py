@@ -98,8 +98,12 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e6,1.6e7")
     ap.add_argument("--modes", default="auto", help="comma-separated: auto, eager, compiled")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (on a shared machine, 1 "
+                    "avoids OpenMP spin-waits that make 2-thread timings swing 10-30x)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     modes = args.modes.split(",")
     rows = [f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, bf16 result/eager, "
             f"fp64 golden, median of {args.repeat}", "",

@@ -149,6 +149,13 @@ def chunk_partials(raws: list[torch.Tensor], pairs: tuple[tuple[int, int], ...],
 
 
 ENTRIES = sum(a.size for a in ACCUMULATORS.values())
+# Eager on CPU: 64 Ki elements keep a chunk's fp64 temporaries (512 KiB each) in cache; 5x faster than
+# 4 Mi on 2 cores (docs/benchmarks.md). On a GPU larger chunks mean fewer launches.
+CPU_CHUNK_ELEMS = 1 << 16
+
+
+def eager_chunk_elems(device: torch.device) -> int:
+    return CPU_CHUNK_ELEMS if device.type == "cpu" else DEFAULT_CHUNK_ELEMS
 SUM_COLUMNS = torch.tensor([a.combine == "sum" for a in ACCUMULATORS.values() for _ in range(a.size)])
 
 
@@ -177,7 +184,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
             and tensors[0].numel() >= compiled.chunk_elems(device) and not torch.compiler.is_compiling())
     host = (fparams, iparams)  # thresholds as given (CPU), for the padding correction
     fparams, iparams = fparams.to(device), iparams.to(device)
-    size = compiled.chunk_elems(device) if fast else (chunk_elems or DEFAULT_CHUNK_ELEMS)
+    size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
     sums, maxes = None, None
     for chunk in iter_aligned_chunks(tensors, size):
         raws = [c.to(device) for c in chunk]

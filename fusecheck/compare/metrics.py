@@ -213,7 +213,7 @@ def finalize(reduced: dict) -> Metrics:
 
 def pair_metrics(actual: torch.Tensor, expected: torch.Tensor, *, ulp_dtype: torch.dtype | None = None,
                  rtol: float = 0.0, atol: float = 0.0, small_threshold: float = 2.0**-20,
-                 small_atol: float | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Metrics:
+                 small_atol: float | None = None, chunk_elems: int | None = None) -> Metrics:
     """Metrics of one pair (same shape). For several pairs over the same data use `multi_pair_metrics`."""
     return multi_pair_metrics({"pair": (actual, expected)}, ulp_dtype=ulp_dtype or actual.dtype, rtol=rtol,
                               atol=atol, small_threshold=small_threshold, small_atol=small_atol,

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from fusecheck.compare import compiled
-from fusecheck.compare.metrics import DEFAULT_CHUNK_ELEMS, iter_aligned_chunks
+from fusecheck.compare.fused import eager_chunk_elems
+from fusecheck.compare.metrics import iter_aligned_chunks
 from fusecheck.policy import Policy, Tolerance
 
 
@@ -27,7 +28,7 @@ def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) 
     (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
     device = tensors[0].device
     fast = chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
-    size = compiled.chunk_elems(device) if fast else (chunk_elems or DEFAULT_CHUNK_ELEMS)
+    size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
     best = None
     with torch.no_grad():
         for chunk in iter_aligned_chunks(tensors, size):
