@@ -127,7 +127,7 @@ def main() -> None:
             m_ours = peak_extra_bytes(lambda: compare(res, ref, g), args.device)
             mem = "-" if m_ours is None else f"{m_ours / 2**20:.0f} MiB / {m_naive / 2**20:.0f} MiB"
             rows.append(f"| {size:,} | {mode} | {ours * 1e3:.1f} ms | {first * 1e3:.0f} ms | "
-                        f"{nbytes / ours / 1e9:.1f} GB/s | {once * 1e3:.1f} ms | {ac * 1e3:.1f} ms | "
+                        f"{nbytes / ours / 1e9:.3g} GB/s | {once * 1e3:.1f} ms | {ac * 1e3:.1f} ms | "
                         f"{naive * 1e3:.1f} ms | {ours / once:.2f}x | {ours / ac:.2f}x | {ours / naive:.2f}x | {mem} |")
             print(rows[-1], flush=True)
     text = "\n".join(rows)

@@ -4,16 +4,16 @@ Why this shape:
 - Traced with make_fx and compiled with `torch._inductor.compile`, not `torch.compile`: the kernel lives in
   this module's cache, outside dynamo, so run_check's `torch._dynamo.reset()` between phases does not
   discard it and a user's own dynamo state (a model being compiled, recompile limits) never sees it.
-- Static chunk size (the tail chunk is padded with zeros and the zeros' exact contribution, measured once
-  on the eager core, is subtracted): the thresholds are tensors, so one compile serves every tensor of a
+- Static chunk size (the tail chunk is padded with zeros and the zeros' exact contribution, one zero
+  element through the eager core times the padding, is subtracted: `fused.pad_correction`): the thresholds are tensors, so one compile serves every tensor of a
   dtype combination; dynamic shapes cost 2-6x on Inductor's C++ backend.
 - Self-checked: the first chunk of each compiled variant is also reduced eagerly and must agree (counts and
   maxima exactly, sums to fp64 rounding), else the eager core is used for the rest of the process. A
   compile that fails (no compiler, no Triton) falls back the same way, with one warning. Never a false PASS
   from a miscompiled reduction.
 On by default on CUDA (compile ~1 min once per dtype combination; Inductor's on-disk cache shortens later
-processes); on CPU only with FUSECHECK_COMPILED_COMPARE=1 (2 cores: ~47 s to compile, then ~3x faster
-than the eager core; docs/benchmarks.md).
+processes); on CPU only with FUSECHECK_COMPILED_COMPARE=1 (2 shared cores: 50-115 s to compile; numbers
+in docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -148,7 +148,6 @@ def chunk_partials(raws: list[torch.Tensor], pairs: tuple[tuple[int, int], ...],
     return torch.stack(rows)
 
 
-ENTRIES = sum(a.size for a in ACCUMULATORS.values())
 # Eager on CPU: 64 Ki elements keep a chunk's fp64 temporaries (512 KiB each) in cache; 5x faster than
 # 4 Mi on 2 cores (docs/benchmarks.md). On a GPU larger chunks mean fewer launches.
 CPU_CHUNK_ELEMS = 1 << 16
@@ -156,6 +155,8 @@ CPU_CHUNK_ELEMS = 1 << 16
 
 def eager_chunk_elems(device: torch.device) -> int:
     return CPU_CHUNK_ELEMS if device.type == "cpu" else DEFAULT_CHUNK_ELEMS
+
+
 SUM_COLUMNS = torch.tensor([a.combine == "sum" for a in ACCUMULATORS.values() for _ in range(a.size)])
 
 
