@@ -27,7 +27,8 @@ def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) 
     """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
     (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
     device = tensors[0].device
-    fast = chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
+    fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
+            and not torch.compiler.is_compiling())
     size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
     best = None
     with torch.no_grad():
@@ -35,9 +36,9 @@ def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) 
             raws = [c.to(device) for c in chunk]
             if not raws[0].numel():
                 continue
-            out = None
-            if fast:  # zero padding adds nothing to a maximum of |x|
-                out = compiled.call(_chunk_abs_max, raws if raws[0].numel() == size else compiled.padded(raws, size))
+            out, n = None, raws[0].numel()
+            if fast and n <= size:  # zero padding adds nothing to a maximum of |x|
+                out = compiled.call(_chunk_abs_max, raws if n == size else compiled.padded(raws, size))
             if out is None:
                 out = _chunk_abs_max(raws)
             best = out if best is None else torch.maximum(best, out)
