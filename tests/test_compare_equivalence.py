@@ -35,6 +35,9 @@ def _values(n: int, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Ten
     r = g * noise
     if n:
         r[torch.rand(shape, generator=gen) < 0.02] = math.nan  # compiled-only NaN
+        r[torch.rand(shape, generator=gen) < 0.01] = math.inf  # compiled-only Inf
+        flip = torch.isinf(r) & (torch.rand(shape, generator=gen) < 0.3)
+        r[flip] = -r[flip]  # +Inf where eager has -Inf and back
     if dtype.is_complex:
         g, r = torch.view_as_complex(g.contiguous()), torch.view_as_complex(r.contiguous())
     return g, g.to(dtype), r.to(dtype)

@@ -51,13 +51,15 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(int_view[x.element_size()]) if x.is_floating_point() else x
 
 
-def _nonfinite_class(x: torch.Tensor) -> torch.Tensor:
-    """0 finite, 1 NaN, 2 +Inf, 3 -Inf (metrics.classify_nonfinite)."""
-    return torch.where(torch.isnan(x), 1, torch.where(x == torch.inf, 2, torch.where(x == -torch.inf, 3, 0)))
+def _class_differs(a: torch.Tensor, b: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """NaN/+Inf/-Inf class differs (metrics.classify_nonfinite(a) != classify_nonfinite(b)): the NaN
+    status differs, or neither is NaN, one is infinite, and they differ (+Inf vs -Inf or vs a number)."""
+    na, nb = torch.isnan(a), torch.isnan(b)
+    return (na ^ nb) | (~(finite | na | nb) & (a != b))
 
 
 def _count(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return mask.to(dtype).sum()
+    return mask.sum(dtype=dtype)
 
 
 def params(acc: torch.dtype, *, mant: int, min_eb: int, rtol: float, atol: float,
@@ -87,7 +89,7 @@ def _pair(a: torch.Tensor, b: torch.Tensor, a_raw: torch.Tensor, b_raw: torch.Te
     big = finite & ~small
     rel_big = torch.where(small, 0.0, rel)
     err_big = torch.where(small, 0.0, absdiff)
-    mismatch_nf = _nonfinite_class(a) != _nonfinite_class(b)
+    mismatch_nf = _class_differs(a, b, finite)
     octave = (log2b - octave_base).clamp(0, OCTAVES - 1)  # floor(log2|b|) - floor(log2 threshold)
     out = {
         "numel": torch.full((), a.numel(), dtype=acc, device=a.device),
