@@ -1,10 +1,14 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--out results.md]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled] [--out results.md]
 
 What each contender computes:
-- fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked.
+- fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked. Modes:
+  `eager` (FUSECHECK_COMPILED_COMPARE=0), `compiled` (=1: the Inductor kernel; its one-time compile is
+  reported apart), `auto` (the default: compiled on CUDA, eager on CPU).
+- read once: one reduction over each of the three tensors, the least any comparison must do; the
+  effective bandwidth is the three tensors' bytes over fusecheck.compare's time.
 - assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
 - separate fp64 ops: the same three pairs' main metrics (rmse, max abs/rel, mean rel, cosine, ULP,
   mismatches) written as whole-tensor fp64 torch expressions, the obvious hand-rolled alternative.
@@ -12,12 +16,14 @@ What each contender computes:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import torch
 
 from fusecheck.compare import compare
+from fusecheck.compare.compiled import ENV
 
 
 def naive_metrics(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
@@ -44,10 +50,12 @@ def assert_close(res, ref):
         pass
 
 
-def timeit(fn, device: str, repeat: int) -> float:
-    fn()
+def timeit(fn, device: str, repeat: int, warmup: bool = True) -> float:
+    """Median of `repeat` timed calls after a warm-up call; repeat=0 with warmup=False times one cold call."""
+    if warmup:
+        fn()
     times = []
-    for _ in range(repeat):
+    for _ in range(max(repeat, 1)):
         if device == "cuda":
             torch.cuda.synchronize()
         t = time.perf_counter()
@@ -69,29 +77,59 @@ def peak_extra_bytes(fn, device: str) -> int | None:
     return torch.cuda.max_memory_allocated() - base
 
 
+def read_once(res, ref, gold) -> None:
+    for t in (res, ref, gold):
+        t.sum(dtype=torch.float32 if t.dtype != torch.float64 else torch.float64)
+
+
+MODES = {"auto": None, "eager": "0", "compiled": "1"}
+
+
+def set_mode(mode: str) -> None:
+    if MODES[mode] is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = MODES[mode]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", default="1e6,1.6e7")
+    ap.add_argument("--modes", default="auto", help="comma-separated: auto, eager, compiled")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (on a shared machine, 1 "
+                    "avoids OpenMP spin-waits that make 2-thread timings swing 10-30x)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    rows = [f"device: {args.device}, torch {torch.__version__}, bf16 result/eager, fp64 golden, median of {args.repeat}", "",
-            "| elements | fusecheck.compare (3 pairs, all metrics) | assert_close (1 pair) | separate fp64 ops (3 pairs) "
-            "| ratio vs assert_close | ratio vs fp64 ops | extra memory: fusecheck / fp64 ops |",
-            "|---|---|---|---|---|---|---|"]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    modes = args.modes.split(",")
+    rows = [f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, bf16 result/eager, "
+            f"fp64 golden, median of {args.repeat}", "",
+            "| elements | mode | fusecheck.compare (3 pairs, all metrics) | first call | effective read bandwidth "
+            "| read once | assert_close (1 pair) | separate fp64 ops (3 pairs) | ratio to read once "
+            "| ratio to assert_close | ratio to fp64 ops | extra memory: fusecheck / fp64 ops |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in [int(float(s)) for s in args.sizes.split(",")]:
         g = torch.randn(size, dtype=torch.float64, device=args.device)
         ref = g.to(torch.bfloat16)
         res = (g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16)
-        ours = timeit(lambda: compare(res, ref, g), args.device, args.repeat)
+        nbytes = sum(t.numel() * t.element_size() for t in (res, ref, g))
+        once = timeit(lambda: read_once(res, ref, g), args.device, args.repeat)
         ac = timeit(lambda: assert_close(res, ref), args.device, args.repeat)
         naive = timeit(lambda: naive_three_pairs(res, ref, g), args.device, args.repeat)
-        m_ours = peak_extra_bytes(lambda: compare(res, ref, g), args.device)
         m_naive = peak_extra_bytes(lambda: naive_three_pairs(res, ref, g), args.device)
-        mem = "-" if m_ours is None else f"{m_ours / 2**20:.0f} MiB / {m_naive / 2**20:.0f} MiB"
-        rows.append(f"| {size:,} | {ours * 1e3:.1f} ms | {ac * 1e3:.1f} ms | {naive * 1e3:.1f} ms | "
-                    f"{ours / ac:.2f}x | {ours / naive:.2f}x | {mem} |")
+        for mode in modes:
+            set_mode(mode)
+            first = timeit(lambda: compare(res, ref, g), args.device, 0, warmup=False)
+            ours = timeit(lambda: compare(res, ref, g), args.device, args.repeat)
+            m_ours = peak_extra_bytes(lambda: compare(res, ref, g), args.device)
+            mem = "-" if m_ours is None else f"{m_ours / 2**20:.0f} MiB / {m_naive / 2**20:.0f} MiB"
+            rows.append(f"| {size:,} | {mode} | {ours * 1e3:.1f} ms | {first * 1e3:.0f} ms | "
+                        f"{nbytes / ours / 1e9:.3g} GB/s | {once * 1e3:.1f} ms | {ac * 1e3:.1f} ms | "
+                        f"{naive * 1e3:.1f} ms | {ours / once:.2f}x | {ours / ac:.2f}x | {ours / naive:.2f}x | {mem} |")
+            print(rows[-1], flush=True)
     text = "\n".join(rows)
     print(text)
     if args.out:

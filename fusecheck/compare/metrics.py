@@ -8,7 +8,8 @@ excluded), so Ascend users read familiar numbers.
 
 The accumulators and the derived metrics are registries (`ACCUMULATORS`, `METRICS`): adding a metric is
 one entry, not a new branch. An accumulator is a per-chunk reduction to a scalar or, for the magnitude
-octaves, to a fixed-size vector (one entry per octave), combined across chunks by sum or max.
+octaves, to a fixed-size vector (one entry per octave), combined across chunks by sum or max. All of them,
+for all pairs, come from one read of each chunk (`fused.py`, compiled on CUDA by `compiled.py`).
 """
 from __future__ import annotations
 
@@ -47,81 +48,47 @@ def accum_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type in NO_FP64_DEVICE_TYPES else torch.float64
 
 
-@dataclass
-class Chunk:
-    """One aligned chunk of (actual, expected) upcast, with the per-element quantities every metric needs."""
-
-    a: torch.Tensor          # actual, accumulation dtype, 0 where either side is not finite
-    b: torch.Tensor          # expected, accumulation dtype, 0 where either side is not finite
-    finite: torch.Tensor     # both finite
-    absdiff: torch.Tensor    # |a - b| where finite, else 0
-    babs: torch.Tensor       # |b| where finite, else 0
-    rel: torch.Tensor        # msprobe RE where finite, else 0
-    ulp: torch.Tensor        # ULP distance in `ulp_dtype` units where finite, else 0
-    small: torch.Tensor      # finite and |b| below the small-value threshold
-    nonfinite_mismatch: torch.Tensor  # NaN/+Inf/-Inf pattern differs
-    bits_equal: torch.Tensor | None  # raw bitwise equality (same dtype only)
-    rtol: float
-    atol: float
-    small_atol: float
-    a_raw: torch.Tensor | None = None  # unmasked, for NaN/Inf counts
-    b_raw: torch.Tensor | None = None
-    octave: torch.Tensor | None = None  # int64 octave index of |b| above the small-value threshold
-
-
-def _octave_n(c: Chunk) -> torch.Tensor:
-    counted = (c.finite & ~c.small).to(c.a.dtype)
-    return c.a.new_zeros(OCTAVES).scatter_add_(0, c.octave, counted)
-
-
-def _octave_max_abs(c: Chunk) -> torch.Tensor:
-    err = torch.where(c.small, 0.0, c.absdiff)  # absdiff is 0 where not finite
-    return c.a.new_zeros(OCTAVES).scatter_reduce_(0, c.octave, err, "amax")
-
-
 @dataclass(frozen=True)
 class Accumulator:
-    combine: str  # "sum" or "max"
-    fn: Callable[[Chunk], torch.Tensor]
-    size: int = 1  # entries per chunk: 1 for a scalar, OCTAVES for a per-octave vector
+    combine: str  # "sum" or "max" across chunks
+    what: str  # its definition; `fused._pair` computes it
+    size: int = 1  # entries: 1 for a scalar, OCTAVES for a per-octave vector
 
 
+# Per pair (N actual, B expected; "finite": both finite, the other positions left out of the error sums).
 ACCUMULATORS: dict[str, Accumulator] = {
-    "numel": Accumulator("sum", lambda c: torch.tensor(float(c.a.numel()), dtype=c.a.dtype, device=c.a.device)),
-    "n_finite": Accumulator("sum", lambda c: c.finite.sum(dtype=c.a.dtype)),
-    "a_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.a_raw)).sum(dtype=c.a.dtype)),
-    "b_nonfinite": Accumulator("sum", lambda c: (~torch.isfinite(c.b_raw)).sum(dtype=c.a.dtype)),
-    "b_nan": Accumulator("sum", lambda c: torch.isnan(c.b_raw).sum(dtype=c.a.dtype)),
-    "nonfinite_mismatch": Accumulator("sum", lambda c: c.nonfinite_mismatch.sum(dtype=c.a.dtype)),
-    "sq_err": Accumulator("sum", lambda c: torch.dot(c.absdiff, c.absdiff)),
-    "max_abs": Accumulator("max", lambda c: c.absdiff.max() if c.absdiff.numel() else c.absdiff.new_zeros(())),
+    "numel": Accumulator("sum", "elements"),
+    "n_finite": Accumulator("sum", "positions where N and B are both finite"),
+    "a_nonfinite": Accumulator("sum", "NaN/Inf in N"),
+    "b_nonfinite": Accumulator("sum", "NaN/Inf in B"),
+    "b_nan": Accumulator("sum", "NaN in B"),
+    "nonfinite_mismatch": Accumulator("sum", "positions whose NaN/+Inf/-Inf class differs"),
+    "sq_err": Accumulator("sum", "sum |N-B|^2 (finite)"),
+    "max_abs": Accumulator("max", "max |N-B| (finite)"),
     # msprobe's benchmark standard leaves small values out of the relative errors (they are judged by
     # absolute error, in small_err): |B| near 0 would make RE meaningless
-    "max_rel": Accumulator("max", lambda c: (torch.where(c.small, 0.0, c.rel).max() if c.rel.numel()
-                                             else c.rel.new_zeros(()))),
-    "sum_rel": Accumulator("sum", lambda c: torch.where(c.small, 0.0, c.rel).sum()),
-    "sq_rel": Accumulator("sum", lambda c: (lambda r: torch.dot(r, r))(torch.where(c.small, 0.0, c.rel))),
-    "n_big": Accumulator("sum", lambda c: (c.finite & ~c.small).sum(dtype=c.a.dtype)),
-    "dot": Accumulator("sum", lambda c: torch.dot(c.a, c.b)),
-    "a_sq": Accumulator("sum", lambda c: torch.dot(c.a, c.a)),
-    "b_sq": Accumulator("sum", lambda c: torch.dot(c.b, c.b)),
-    "ulp_max": Accumulator("max", lambda c: c.ulp.max() if c.ulp.numel() else c.ulp.new_zeros(())),
-    "ulp_sum": Accumulator("sum", lambda c: c.ulp.sum()),
-    "ulp_gt1": Accumulator("sum", lambda c: (c.ulp > 1).sum(dtype=c.a.dtype)),
-    "small_n": Accumulator("sum", lambda c: c.small.sum(dtype=c.a.dtype)),
-    "small_err": Accumulator("sum", lambda c: (c.small & (c.absdiff > c.small_atol)).sum(dtype=c.a.dtype)),
-    "small_max_abs": Accumulator("max", lambda c: (torch.where(c.small, c.absdiff, 0.0).max() if c.absdiff.numel()
-                                                   else c.absdiff.new_zeros(()))),
-    "rel_lt_1e-3": Accumulator("sum", lambda c: (c.finite & (c.rel < 1e-3)).sum(dtype=c.a.dtype)),
-    "rel_lt_5e-3": Accumulator("sum", lambda c: (c.finite & (c.rel < 5e-3)).sum(dtype=c.a.dtype)),
-    "mismatches": Accumulator("sum", lambda c: ((c.finite & (c.absdiff > c.atol + c.rtol * c.babs))
-                                                 | c.nonfinite_mismatch).sum(dtype=c.a.dtype)),
-    "bits_equal": Accumulator("sum", lambda c: (c.bits_equal.sum(dtype=c.a.dtype) if c.bits_equal is not None
-                                                 else torch.tensor(-1.0, dtype=c.a.dtype, device=c.a.device))),
-    # per octave of |b| (non-small, finite): element count and largest absolute error (within an octave
-    # |b| varies by 2x at most; absolute errors there are identically distributed when they come from a sum)
-    "octave_n": Accumulator("sum", _octave_n, OCTAVES),
-    "octave_max_abs": Accumulator("max", _octave_max_abs, OCTAVES),
+    "max_rel": Accumulator("max", "max RE = |N-B|/(|B|+eps) over non-small |B|"),
+    "sum_rel": Accumulator("sum", "sum RE over non-small |B|"),
+    "sq_rel": Accumulator("sum", "sum RE^2 over non-small |B|"),
+    "n_big": Accumulator("sum", "finite positions with |B| >= small-value threshold"),
+    "dot": Accumulator("sum", "sum N*B (finite)"),
+    "a_sq": Accumulator("sum", "sum N^2 (finite)"),
+    "b_sq": Accumulator("sum", "sum B^2 (finite)"),
+    "ulp_max": Accumulator("max", "max |N-B| * 2^(mantissa - eb), eb = max(floor(log2|B|), min_eb)"),
+    "ulp_sum": Accumulator("sum", "sum of the ULP distances"),
+    "ulp_gt1": Accumulator("sum", "ULP distance > 1"),
+    "small_n": Accumulator("sum", "finite positions with |B| < small-value threshold"),
+    "small_err": Accumulator("sum", "small |B| with |N-B| > small atol"),
+    "small_max_abs": Accumulator("max", "max |N-B| over small |B|"),
+    "rel_lt_1e-3": Accumulator("sum", "finite with RE < 1e-3"),
+    "rel_lt_5e-3": Accumulator("sum", "finite with RE < 5e-3"),
+    "mismatches": Accumulator("sum", "finite with |N-B| > atol + rtol*|B|, or NaN/Inf class differs"),
+    "bits_equal": Accumulator("sum", "identical bits (same dtype), else -1"),
+    # per octave of |B| (non-small, finite): element count and largest absolute error (within an octave
+    # |B| varies by 2x at most; absolute errors there are identically distributed when they come from a sum)
+    "octave_n": Accumulator("sum", "non-small finite elements per octave floor(log2|B|) - floor(log2 thr)",
+                            OCTAVES),
+    "octave_max_abs": Accumulator("max", "max |N-B| per octave (non-small)", OCTAVES),
 }
 
 
@@ -231,96 +198,9 @@ def iter_aligned_chunks(tensors: list[torch.Tensor], chunk_elems: int) -> Iterat
         yield [t[start:start + step].reshape(-1) for t in tensors]
 
 
-class ChunkCache:
-    """The per-tensor work of one aligned chunk, done once however many pairs use the tensor: the upcast,
-    the finite mask, and (for the expected side) |b|, its ULP exponent and the small-value mask."""
-
-    def __init__(self, raws: list[torch.Tensor], device: torch.device, acc: torch.dtype):
-        self.raws = [r.to(device) for r in raws]
-        self.acc = acc
-        self._up: dict[int, torch.Tensor] = {}
-        self._finite: dict[int, torch.Tensor] = {}
-        self._expected: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def up(self, i: int) -> torch.Tensor:
-        if i not in self._up:
-            self._up[i] = self.raws[i].to(self.acc)
-        return self._up[i]
-
-    def finite(self, i: int) -> torch.Tensor:
-        if i not in self._finite:
-            self._finite[i] = torch.isfinite(self.up(i))
-        return self._finite[i]
-
-    def expected(self, i: int, min_eb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """|b| and eb = max(floor(log2|b|), min_eb) for an all-finite expected chunk."""
-        key = (i, min_eb)
-        if key not in self._expected:
-            babs = self.up(i).abs()
-            self._expected[key] = babs, _ulp_exponent(babs, min_eb)
-        return self._expected[key]
-
-
-def _ulp_exponent(babs: torch.Tensor, min_eb: int) -> torch.Tensor:
-    # frexp: |b| = m * 2^e with m in [0.5, 1), so floor(log2|b|) = e - 1 (and b == 0 -> min_eb)
-    exponent = torch.frexp(babs).exponent
-    return torch.where(babs > 0, exponent - 1, min_eb).clamp_(min=min_eb)
-
-
-def make_chunk(cache: ChunkCache, ia: int, ib: int, *, ulp_dtype: torch.dtype, rtol: float, atol: float,
-               small_threshold: float, small_atol: float) -> Chunk:
-    a_raw, b_raw = cache.raws[ia], cache.raws[ib]
-    bits_equal = (_bits(a_raw) == _bits(b_raw)) if a_raw.dtype == b_raw.dtype else None
-    a, b = cache.up(ia), cache.up(ib)
-    mant, min_eb = ulp_format(ulp_dtype)
-    finite = cache.finite(ia) & cache.finite(ib)
-    if bool(finite.all()):  # the common case: no NaN/Inf, skip the masking passes and share b's work
-        af, bf = a, b
-        nonfinite_mismatch = torch.zeros_like(finite)
-        babs, eb = cache.expected(ib, min_eb)
-    else:
-        af, bf = torch.where(finite, a, 0), torch.where(finite, b, 0)
-        nonfinite_mismatch = classify_nonfinite(a) != classify_nonfinite(b)
-        babs = bf.abs()
-        eb = _ulp_exponent(babs, min_eb)
-    absdiff = (af - bf).abs_()
-    rel = absdiff / (babs + EPS)
-    # ldexp(0, 1074) would be 0 * inf = NaN for fp64: zero differences are zero ULP
-    ulp = torch.where(absdiff > 0, torch.ldexp(absdiff, (mant - eb).to(cache.acc)), 0.0)
-    return Chunk(af, bf, finite, absdiff, babs, rel, ulp, finite & (babs < small_threshold),
-                 nonfinite_mismatch, bits_equal, rtol, atol, small_atol, a, b, _octave_index(babs, small_threshold))
-
-
 def octave_base(small_threshold: float) -> int:
     """Exponent of octave 0: floor(log2(small-value threshold)), -1074 (fp64's least) when it is 0."""
     return math.frexp(small_threshold)[1] - 1 if small_threshold > 0 else -1074
-
-
-def _octave_index(babs: torch.Tensor, small_threshold: float) -> torch.Tensor:
-    exponent = torch.frexp(babs).exponent.to(torch.int64) - 1  # floor(log2|b|); |b| = 0 lands in octave 0
-    return (exponent - octave_base(small_threshold)).clamp_(0, OCTAVES - 1)
-
-
-def reduce_accumulators(partials: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    """Combine per-chunk accumulator scalars with one device->host transfer."""
-    names = list(ACCUMULATORS)
-    if not partials:
-        return {n: (0.0 if ACCUMULATORS[n].size == 1 else [0.0] * ACCUMULATORS[n].size) for n in names}
-    stacked = torch.stack([torch.cat([p[n].reshape(-1) for n in names]) for p in partials])  # chunks x entries
-    out, start = [], 0
-    for n in names:
-        cols = stacked[:, start:start + ACCUMULATORS[n].size]
-        start += ACCUMULATORS[n].size
-        out.append(cols.sum(0) if ACCUMULATORS[n].combine == "sum" else cols.amax(0))
-    flat = torch.cat(out).cpu().tolist()
-    reduced, start = {}, 0
-    for n in names:
-        size = ACCUMULATORS[n].size
-        reduced[n] = flat[start] if size == 1 else flat[start:start + size]
-        start += size
-    if partials[0]["bits_equal"].item() < 0:
-        reduced["bits_equal"] = -1.0
-    return reduced
 
 
 def finalize(reduced: dict) -> Metrics:
@@ -333,7 +213,7 @@ def finalize(reduced: dict) -> Metrics:
 
 def pair_metrics(actual: torch.Tensor, expected: torch.Tensor, *, ulp_dtype: torch.dtype | None = None,
                  rtol: float = 0.0, atol: float = 0.0, small_threshold: float = 2.0**-20,
-                 small_atol: float | None = None, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Metrics:
+                 small_atol: float | None = None, chunk_elems: int | None = None) -> Metrics:
     """Metrics of one pair (same shape). For several pairs over the same data use `multi_pair_metrics`."""
     return multi_pair_metrics({"pair": (actual, expected)}, ulp_dtype=ulp_dtype or actual.dtype, rtol=rtol,
                               atol=atol, small_threshold=small_threshold, small_atol=small_atol,
@@ -342,8 +222,11 @@ def pair_metrics(actual: torch.Tensor, expected: torch.Tensor, *, ulp_dtype: tor
 
 def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, ulp_dtype: torch.dtype,
                        rtol: float, atol: float, small_threshold: float, small_atol: float | None = None,
-                       chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> dict[str, Metrics]:
-    """Metrics for several same-shape pairs in one walk over the data (each tensor chunk is read once)."""
+                       chunk_elems: int | None = None) -> dict[str, Metrics]:
+    """Metrics for several same-shape pairs in one walk over the data: each chunk of each distinct tensor
+    is read once and reduced to every accumulator of every pair (`fused.py`)."""
+    from fusecheck.compare import fused
+
     tensors: list[torch.Tensor] = []
     index: dict[int, int] = {}
     for a, b in pairs.values():
@@ -353,16 +236,30 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
                 tensors.append(t)
     device = next(iter(pairs.values()))[0].device
     acc = accum_dtype(device)
-    small_atol = atol if small_atol is None else small_atol
-    partials: dict[str, list[dict[str, torch.Tensor]]] = {k: [] for k in pairs}
+    mant, min_eb = ulp_format(ulp_dtype)
+    fparams, iparams = fused.params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
+                                    small_threshold=small_threshold,
+                                    small_atol=atol if small_atol is None else small_atol,
+                                    octave_base=octave_base(small_threshold))
+    order = tuple((index[id(a)], index[id(b)]) for a, b in pairs.values())
     with torch.no_grad():
-        for chunk in iter_aligned_chunks(tensors, chunk_elems):
-            cache = ChunkCache(chunk, device, acc)
-            for key, (a, b) in pairs.items():
-                c = make_chunk(cache, index[id(a)], index[id(b)], ulp_dtype=ulp_dtype, rtol=rtol, atol=atol,
-                               small_threshold=small_threshold, small_atol=small_atol)
-                partials[key].append({n: e.fn(c).to(acc) for n, e in ACCUMULATORS.items()})
-    return {k: finalize(reduce_accumulators(v)) for k, v in partials.items()}
+        reduced = fused.walk(tensors, order, device, acc, fparams, iparams, chunk_elems)
+    if reduced is None:  # no elements
+        return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
+                for k in pairs}
+    rows = reduced.cpu().tolist()  # the one device->host transfer
+    return {k: finalize(_unpack(row)) for k, row in zip(pairs, rows)}
+
+
+def _unpack(row: list[float]) -> dict:
+    """A flat row of entries (`ACCUMULATORS` order) -> name: scalar or per-octave list."""
+    out, start = {}, 0
+    for name, acc in ACCUMULATORS.items():
+        out[name] = row[start] if acc.size == 1 else row[start:start + acc.size]
+        start += acc.size
+    if out["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
+        out["bits_equal"] = -1.0
+    return out
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> int:

@@ -12,18 +12,37 @@ from dataclasses import dataclass
 
 import torch
 
-from fusecheck.compare.metrics import DEFAULT_CHUNK_ELEMS, iter_aligned_chunks
+from fusecheck.compare import compiled
+from fusecheck.compare.fused import eager_chunk_elems
+from fusecheck.compare.metrics import iter_aligned_chunks
 from fusecheck.policy import Policy, Tolerance
 
 
-def finite_abs_max(t: torch.Tensor, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> float:
-    """Largest |x| over the finite elements of a floating tensor, read in chunks (0.0 when none)."""
-    best = 0.0
+def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
+    """Largest finite |x| of each raw chunk, in its own dtype (exact: a maximum rounds nothing)."""
+    return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
+
+
+def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
+    """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
+    (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
+    device = tensors[0].device
+    fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
+            and not torch.compiler.is_compiling())
+    size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
+    best = None
     with torch.no_grad():
-        for (c,) in iter_aligned_chunks([t], chunk_elems):
-            if c.numel():
-                best = max(best, float(torch.where(torch.isfinite(c), c, 0).abs().max()))
-    return best
+        for chunk in iter_aligned_chunks(tensors, size):
+            raws = [c.to(device) for c in chunk]
+            if not raws[0].numel():
+                continue
+            out, n = None, raws[0].numel()
+            if fast and n <= size:  # zero padding adds nothing to a maximum of |x|
+                out = compiled.call(_chunk_abs_max, raws if n == size else compiled.padded(raws, size))
+            if out is None:
+                out = _chunk_abs_max(raws)
+            best = out if best is None else torch.maximum(best, out)
+    return 0.0 if best is None else float(best.max())
 
 
 @dataclass(frozen=True)
@@ -40,11 +59,11 @@ class Applied:
 
 
 def applied_thresholds(policy: Policy, dtype: torch.dtype, reference: torch.Tensor, golden: torch.Tensor | None,
-                       chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> Applied:
+                       chunk_elems: int | None = None) -> Applied:
     base = policy.tolerance(dtype)
     if base.exact:
         return Applied(base, 0.0, 0.0)
-    abs_max = max(finite_abs_max(t, chunk_elems) for t in (reference, golden) if t is not None)
+    abs_max = finite_abs_max([t for t in (reference, golden) if t is not None], chunk_elems)
     tol = base.at_scale(abs_max)
     shrink = tol.atol / base.atol if base.atol else 1.0
     return Applied(tol, policy.small_value_threshold(dtype) * shrink, abs_max)
