@@ -135,6 +135,15 @@ def _measured(name: str, mem: MemoryLog, timings: dict[str, float], device: torc
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
 
 
+def _rerun(fn, prepared: Case, names: set[str], measured, label: str, **kw) -> dict[str, torch.Tensor]:
+    """A third run, kept in full for `names` only (results whose repeat digests differed)."""
+    if not names:
+        return {}
+    with measured(f"{label} repeat") if measured is not None else contextlib.nullcontext():
+        again = run_once(fn, prepared, **kw)
+        return {k: v for k, v in again.all(tuple(again.after)).items() if k in names}
+
+
 def _outside_modes(fn):
     """The sink judges rows while the golden runs (inside GoldenFallback's dispatch mode): the comparison's
     own ops must not go through that Python mode, one op at a time."""
@@ -209,6 +218,10 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                           "would draw different numbers, so no element-wise verdict is possible. Pass the noise "
                           "in as an input, or turn the random op off (dropout p=0)")
     cotangents = eager.cotangents
+    # Nondeterminism is rare: only then is a run repeated in full, to judge both runs and count elements.
+    eager_noisy = _differing(eager, eager2, eager.mutated)
+    eager_again = _rerun(prepared.model, prepared, eager_noisy, measured, "eager", train=train, cotangents=cotangents,
+                         state=state)
 
     torch._dynamo.reset()
     capture = GraphCapture(be.make())
@@ -225,6 +238,9 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
             compiled = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
             compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state,
                                  digests_only=True)
+            compiled_noisy = _differing(compiled, compiled2, compiled.mutated)
+            compiled_again = _rerun(compiled_fn, prepared, compiled_noisy, None, "compiled", train=train,
+                                    cotangents=cotangents, state=state)
             if regional and recorder is not None:
                 replay_compiled(recorder, train)
         except (TargetError, OutOfMemory):
@@ -241,18 +257,10 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
     mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
     judge = RowJudge(eager.all(mutated), compiled.all(mutated), policy, exact=capture.movement_only,
-                     eager_noisy=_differing(eager, eager2, mutated),
-                     compiled_noisy=_differing(compiled, compiled2, mutated))
+                     eager_noisy=eager_noisy, compiled_noisy=compiled_noisy, eager_again=eager_again,
+                     compiled_again=compiled_again)
     eager_keys, compiled_keys = list(eager.all(mutated)), set(compiled.all(mutated))
     del eager, compiled
-    if judge.eager_noisy or judge.compiled_noisy:  # nondeterminism is rare: re-run in full only then
-        with measured("repeat"):
-            again = run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state)
-            judge.eager_again = {k: v for k, v in again.all(mutated).items() if k in judge.eager_noisy}
-            if judge.compiled_noisy:
-                again = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
-                judge.compiled_again = {k: v for k, v in again.all(mutated).items() if k in judge.compiled_noisy}
-            del again
 
     mode = "streamed" if plan is not None and golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
@@ -319,7 +327,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     return CheckReport(case.name, be.name, shown.replace("torch.", ""), device, train,
                        seed, policy, rows, capture.graphs, notes, tuple(toggles), census,
                        eager_repeatable=not judge.eager_noisy,
-                       compiled_repeatable=all(r.verdict.code != "nondeterministic_compiled" for r in rows),
+                       compiled_repeatable=not judge.compiled_noisy,
                        movement_only=exact, seconds=timings, golden_mode=golden_mode, regional=regional,
                        blocks=block_rows, memory=mem.to_dict(),
                        model_bytes=_bytes(prepared.model))

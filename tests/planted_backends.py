@@ -146,3 +146,19 @@ def hang(gm, example_inputs):
 def detach_outputs(gm, example_inputs):
     """Right values, but the outputs are cut from autograd: no gradient can flow back."""
     return lambda *args: [o.detach() for o in gm(*args)]
+
+
+def ulp_jitter(gm, example_inputs):
+    """Nondeterministic but harmless: every other call moves one element by one ULP (like atomic adds
+    landing in another order). Both runs are as accurate as eager."""
+    calls = [0]
+
+    def run(*args):
+        calls[0] += 1
+        outs = list(gm(*args))
+        if calls[0] % 2 == 0:
+            o = outs[0].clone()
+            o.view(-1)[0] = torch.nextafter(o.view(-1)[0], torch.tensor(float("inf"), dtype=o.dtype))
+            outs[0] = o
+        return outs
+    return run
