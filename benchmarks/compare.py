@@ -18,9 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
 from fusecheck.compare import compare
 from fusecheck.compare.compiled import ENV
