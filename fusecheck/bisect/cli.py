@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", default=",".join(GATES),
                    help=f"decision families to search, comma-separated (default: all: {','.join(GATES)})")
     p.add_argument("--no-attribution", action="store_true", help="skip the per-kernel attribution")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="write a self-contained HTML report of the bisect chain")
     p.add_argument("--repro", default=None, metavar="OUT.py",
                    help="write a standalone torch-only script reproducing the failing subgraph's error ratio")
 
@@ -63,4 +65,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_result(result))
     if args.json_path:
         write_json(result, args.json_path)
+    if args.html:
+        from fusecheck.report.html import write_html
+        write_html("bisect", result.to_dict(), args.html)
     return result.exit_code

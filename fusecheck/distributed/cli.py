@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(int/float/bool/str) or else read as JSON; one per flag, so values may hold commas")
     parser.add_argument("--policy", help="policy file (TOML/JSON); default: [tool.fusecheck] or built-in")
     parser.add_argument("--json", help="write the full report (per-layer, per-rank verdicts) here")
+    parser.add_argument("--html", help="write a self-contained HTML page: the layer x rank grid")
 
 
 @dataclass
@@ -212,6 +213,9 @@ def finish(planned: list[Planned], reports: dict, args) -> int:
     data = summary_json(planned, reports)
     if args.json:
         write_json(reports[planned[0].ref].to_dict() if len(planned) == 1 else data, args.json)
+    if getattr(args, "html", None) and planned[0].ref in reports:
+        from fusecheck.report.html import write_html
+        write_html("dist", reports[planned[0].ref].to_dict(), args.html)  # the first spec's grid
     return data["exit_code"]
 
 
