@@ -8,4 +8,4 @@ B="python3 benchmarks/streamed_golden.py --device cuda --out $OUT/scale.jsonl"
 [ "${SKIP_8B_FWD:-0}" = 1 ] || $B --target models/scale.py:build_8b --modes streamed --time-limit 210
 $B --target models/scale.py:build_8b --modes streamed --train --regional --time-limit 200
 $B --target models/scale.py:build_1b --modes streamed --train --time-limit 150
-$B --target models/scale.py:build_1b --modes before,streamed --train --baseline-tree .bench_before --time-limit 90
+$B --target models/scale.py:build_1b --modes before,streamed --train --baseline-tree "${BASELINE_TREE:-.bench_before}" --time-limit 90
