@@ -57,6 +57,9 @@ class StateSnapshot:
         copy_params = param_bytes <= FULL_COPY_PARAM_BYTES
         self.values = {k: v.detach().clone() for k, v in tensors.items() if k in buffers or copy_params}
         self.digests = {k: digest(v) for k, v in tensors.items() if k not in self.values}
+        # a tensor changed in place bumps its version counter: the same object at the same version is unchanged,
+        # so the digest (a full read of a large parameter) is recomputed only when the counter moved
+        self.versions = {k: (id(v), v._version) for k, v in tensors.items() if k in self.digests}
 
     def __bool__(self) -> bool:
         return bool(self.values or self.digests)
@@ -64,6 +67,8 @@ class StateSnapshot:
     def changed(self, key: str, now: torch.Tensor) -> bool:
         if key in self.values:
             return _changed(now, self.values[key])
+        if self.versions.get(key) == (id(now), now._version):
+            return False
         return digest(now) != self.digests[key]
 
     def restore(self, case: Case) -> None:
@@ -76,7 +81,7 @@ class StateSnapshot:
         with torch.no_grad():
             for k, v in module_tensors(case.model).items():
                 if k in self.digests:
-                    if digest(v) != self.digests[k]:
+                    if self.changed(k, v):
                         raise TargetError(f"the model changes its parameter {k!r} in place; fusecheck resets "
                                           f"parameters between runs only below {FULL_COPY_PARAM_BYTES >> 20} MiB")
                     continue
@@ -236,7 +241,7 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     if state:
         for k, v in module_tensors(model).items():
             key = f"mutated.state.{k}"
-            if state.changed(k, v.detach()):
+            if state.changed(k, v):
                 after[key] = keep(v.detach().clone())
                 mutated.append(key)
             else:
