@@ -69,7 +69,10 @@ def main() -> None:
     for mode in a.modes.split(","):
         r = run_one(a.target, mode, a.device, a.train, a.regional, a.time_limit, a.extra, a.baseline_tree)
         size = r["model_bytes"] or 0
-        peak = r["device_peak_bytes"] or r["host_peak_rss_bytes"] or 0
+        # the per-phase host peaks are reset inside the run (clear_refs), which also resets what wait4 reports
+        host = max([r["host_peak_rss_bytes"] or 0] + [p.get("host_peak_rss_bytes", 0) for p in r["phase_peaks"].values()])
+        r["host_peak_rss_bytes"] = host
+        peak = r["device_peak_bytes"] or host
         r["peak_over_model"] = round(peak / size, 2) if size else None
         print(json.dumps({k: v for k, v in r.items() if k != "tail"}), flush=True)
         if r["exit_code"] not in (0, 1):
