@@ -48,7 +48,9 @@ FULL_COPY_PARAM_BYTES = 256 << 20
 
 
 class StateSnapshot:
-    """The module state every run starts from: buffers copied, parameters copied when small, else digested."""
+    """The module state every run starts from: buffers copied, parameters copied when small. A large
+    parameter is only watched through its version counter (every in-place write bumps it): copying it would
+    double the model's memory and reading it to digest it costs a pass over the model per run."""
 
     def __init__(self, case: Case):
         tensors = module_tensors(case.model)
@@ -56,31 +58,26 @@ class StateSnapshot:
         param_bytes = sum(v.numel() * v.element_size() for k, v in tensors.items() if k not in buffers)
         copy_params = param_bytes <= FULL_COPY_PARAM_BYTES
         self.values = {k: v.detach().clone() for k, v in tensors.items() if k in buffers or copy_params}
-        self.digests = {k: digest(v) for k, v in tensors.items() if k not in self.values}
-        # a tensor changed in place bumps its version counter: the same object at the same version is unchanged,
-        # so the digest (a full read of a large parameter) is recomputed only when the counter moved
-        self.versions = {k: (id(v), v._version) for k, v in tensors.items() if k in self.digests}
+        self.versions = {k: (id(v), v._version) for k, v in tensors.items() if k not in self.values}
 
     def __bool__(self) -> bool:
-        return bool(self.values or self.digests)
+        return bool(self.values or self.versions)
 
     def changed(self, key: str, now: torch.Tensor) -> bool:
         if key in self.values:
             return _changed(now, self.values[key])
-        if self.versions.get(key) == (id(now), now._version):
-            return False
-        return digest(now) != self.digests[key]
+        return self.versions[key] != (id(now), now._version)
 
     def restore(self, case: Case) -> None:
         """Copy the saved state back in place; a buffer that cannot take it in place (reassigned to a new
         shape, like a KV cache grown with torch.cat, or an expanded view whose elements share memory) is
-        reassigned. A large parameter that changed cannot be reset: refused."""
+        reassigned. A large parameter written in place cannot be reset: refused."""
         if not self:
             return
         buffers = dict(case.model.named_buffers(remove_duplicate=False))
         with torch.no_grad():
             for k, v in module_tensors(case.model).items():
-                if k in self.digests:
+                if k in self.versions:
                     if self.changed(k, v):
                         raise TargetError(f"the model changes its parameter {k!r} in place; fusecheck resets "
                                           f"parameters between runs only below {FULL_COPY_PARAM_BYTES >> 20} MiB")
@@ -241,11 +238,15 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     if state:
         for k, v in module_tensors(model).items():
             key = f"mutated.state.{k}"
+            if k in state.versions:
+                if state.changed(k, v):  # written in place: refused, as the next reset would have to
+                    state.restore(case)
+                continue  # unchanged large parameter: not a result, never read again
             if state.changed(k, v):
                 after[key] = keep(v.detach().clone())
                 mutated.append(key)
             else:
-                after[key] = keep(state.values[k]) if k in state.values else keep(v.detach())
+                after[key] = keep(state.values[k])
     outs = {k: keep(v.detach().clone()) for k, v in outputs.items()}  # an output may alias a buffer the next run resets
     if digests_only:
         return RunResult({}, {}, cots if train else None, {}, tuple(mutated), tuple(skipped),
