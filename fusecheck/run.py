@@ -182,9 +182,9 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     """
     policy = policy or Policy()
     dev = resolve_device(device)
-    gdev = torch.device(golden_device or device)
     if golden_device:
-        resolve_device(golden_device)
+        resolve_device(golden_device)  # an unknown or missing device: one line, exit 2
+    gdev = torch.device(golden_device or device)
     run_dtype = resolve_dtype(dtype) if isinstance(dtype, str) or dtype is None else dtype
     be = resolve_backend(backend)
     prepared = prepare_case(case, run_dtype, device)

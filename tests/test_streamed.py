@@ -250,3 +250,9 @@ def test_a_model_reading_a_streamed_pieces_dtype_gets_it_upcast_for_the_whole_ru
 def test_small_pieces_outside_the_blocks_stay_upcast_large_ones_stream():
     plan = make_plan(build_wide().model)  # embed and final norm are smaller than a block
     assert [n for n, _ in plan.resident_units] == ["embed", "norm"] and plan.units == []
+
+
+def test_an_unknown_golden_device_is_one_line_exit_2(capsys):
+    assert main(["check", "tests/planted/block_rounding.py:build", "--golden-device", "foo", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown device 'foo'" in err[0]
