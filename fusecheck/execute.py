@@ -68,6 +68,12 @@ class StateSnapshot:
             return _changed(now, self.values[key])
         return self.versions[key] != (id(now), now._version)
 
+    def refuse_if_written(self, key: str, now: torch.Tensor) -> None:
+        """A large parameter written in place cannot be reset to its starting value: refused."""
+        if self.changed(key, now):
+            raise TargetError(f"the model changes its parameter {key!r} in place; fusecheck resets "
+                              f"parameters between runs only below {FULL_COPY_PARAM_BYTES >> 20} MiB")
+
     def restore(self, case: Case) -> None:
         """Copy the saved state back in place; a buffer that cannot take it in place (reassigned to a new
         shape, like a KV cache grown with torch.cat, or an expanded view whose elements share memory) is
@@ -78,9 +84,7 @@ class StateSnapshot:
         with torch.no_grad():
             for k, v in module_tensors(case.model).items():
                 if k in self.versions:
-                    if self.changed(k, v):
-                        raise TargetError(f"the model changes its parameter {k!r} in place; fusecheck resets "
-                                          f"parameters between runs only below {FULL_COPY_PARAM_BYTES >> 20} MiB")
+                    self.refuse_if_written(k, v)
                     continue
                 saved = self.values[k]
                 if k in buffers and (v.shape != saved.shape or torch._debug_has_internal_overlap(v) != 0):
@@ -239,8 +243,7 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         for k, v in module_tensors(model).items():
             key = f"mutated.state.{k}"
             if k in state.versions:
-                if state.changed(k, v):  # written in place: refused, as the next reset would have to
-                    state.restore(case)
+                state.refuse_if_written(k, v)
                 continue  # unchanged large parameter: not a result, never read again
             if state.changed(k, v):
                 after[key] = keep(v.detach().clone())

@@ -7,6 +7,7 @@ per phase there too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +27,22 @@ def return_freed_host_memory() -> None:
     large free, so later large tensors come from the heap and stay resident after they are freed: the host's
     resident set would then measure the allocator's history, not what the check holds. A fixed 1 MiB threshold
     (large tensors mmapped, unmapped on free) and a trim at each phase keep the RSS figure honest."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _glibc():
+    """glibc, with the fixed mmap threshold set once; None elsewhere (nothing to do there)."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
+        libc.malloc_trim  # noqa: B018 - missing in a libc that is not glibc
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 class OutOfMemory(RuntimeError):
