@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from fusecheck.decisions.tap import stripping, tap_graph
 from fusecheck.movement import is_movement_graph
 
 
@@ -35,16 +36,20 @@ def _op_name(node: torch.fx.Node) -> str:
 
 @dataclass
 class GraphCapture:
-    """Callable dynamo backend: records the graph, then hands it to `backend`."""
+    """Callable dynamo backend: records the graph, then hands it to `backend`. With `decisions` (a list),
+    the indices of each topk/sort/argmax in the graph are appended to it at every call (decisions/tap.py)."""
 
     backend: Callable[..., Any]
     graphs: list[CapturedGraph] = field(default_factory=list)
+    decisions: list[torch.Tensor] | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
         counts = collections.Counter(_op_name(n) for n in ops)
         self.graphs.append(CapturedGraph(len(self.graphs), gm, len(ops), dict(counts), is_movement_graph(gm)))
-        return self.backend(gm, example_inputs)
+        extra = tap_graph(gm) if self.decisions is not None else 0
+        compiled = self.backend(gm, example_inputs)
+        return stripping(compiled, extra, self.decisions) if extra else compiled
 
     @property
     def movement_only(self) -> bool:

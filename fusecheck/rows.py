@@ -36,6 +36,28 @@ class RowJudge:
     eager_again: dict[str, torch.Tensor] = field(default_factory=dict)
     compiled_again: dict[str, torch.Tensor] = field(default_factory=dict)
     rows: dict[str, Comparison] = field(default_factory=dict)
+    # eager's error against a golden of its own (one that followed eager's near-tied decisions where
+    # compiled chose differently: fusecheck/decisions/), measured in an earlier golden pass
+    eager_errors: dict[str, Metrics] = field(default_factory=dict)
+
+    def measure_eager(self, name: str, golden: torch.Tensor | None) -> None:
+        """Sink of a golden pass that only measures eager's error (the row is judged in a later pass)."""
+        e1 = self.eager.get(name)
+        if e1 is None or golden is None or not (e1.is_floating_point() or e1.is_complex()):
+            return
+        err = self._eager_error(name, e1, golden.to(e1.device), always=True)
+        if err is not None:
+            self.eager_errors[name] = err
+
+    def _eager_error(self, name: str, e1: torch.Tensor, g: torch.Tensor, always: bool = False) -> Metrics | None:
+        """Eager against the golden, the worse of two runs when eager is not repeatable; None: left to
+        `compare` (a repeatable eager, unless `always`)."""
+        e2 = self.eager_again.get(name)
+        if name in self.eager_noisy and e2 is not None and e1.shape == g.shape:
+            both = compare(e2, e1, g, policy=self.policy, name=name)
+            if both.vs_golden is not None:
+                return _worst(both.vs_golden, both.reference_vs_golden)
+        return compare(e1, e1, g, policy=self.policy, name=name).vs_golden if always else None
 
     def judge(self, name: str, golden: torch.Tensor | None) -> None:
         e1, c1 = self.eager.pop(name, None), self.compiled.pop(name, None)
@@ -51,12 +73,9 @@ class RowJudge:
         if g is not None and g.device != e1.device:
             g = g.to(e1.device)
         noisy = name in self.eager_noisy
-        ref_g = None
-        e2 = self.eager_again.get(name)
-        if noisy and g is not None and e2 is not None and e1.shape == g.shape:
-            both = compare(e2, e1, g, policy=self.policy, name=name)
-            if both.vs_golden is not None:
-                ref_g = _worst(both.vs_golden, both.reference_vs_golden)
+        ref_g = self.eager_errors.get(name)
+        if ref_g is None and g is not None:
+            ref_g = self._eager_error(name, e1, g)
         # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
         exact = self.exact and name.startswith("output")
         row = compare(c1, e1, g, policy=self.policy, exact=exact, name=name, reference_vs_golden=ref_g,

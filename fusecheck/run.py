@@ -20,6 +20,8 @@ from fusecheck.backends import Backend, resolve_backend
 from fusecheck.capture import CapturedGraph, GraphCapture
 from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Status, input_error
+from fusecheck.decisions.passes import golden_passes
+from fusecheck.decisions.follow import Recorder
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.digest import digest
 from fusecheck.execute import RunResult, module_tensors, rng_changed, rng_states, run_once, state_snapshot
@@ -224,7 +226,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
                          state=state)
 
     torch._dynamo.reset()
-    capture = GraphCapture(be.make())
+    capture = GraphCapture(be.make(), decisions=[])
     if regional:
         for _, block in plan.blocks:
             block.compile(backend=capture)
@@ -236,6 +238,7 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
         census = _toggle_contexts(toggles, be, stack)
         try:
             compiled = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state)
+            compiled_choices = list(capture.decisions or ())
             compiled2 = run_once(compiled_fn, prepared, train=train, cotangents=cotangents, state=state,
                                  digests_only=True)
             compiled_noisy = _differing(compiled, compiled2, compiled.mutated)
@@ -253,6 +256,11 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
             for _, block in (plan.blocks if regional else ()):
                 block._compiled_call_impl = None  # the golden and the block replays run the eager blocks
     torch._dynamo.reset()
+    choices = Recorder()
+    if compiled_choices:  # the compiled graphs decide (topk routing...): eager's choices, from one more run
+        # (not recorded in the first run: a dispatch mode there would change how eager runs torch.cond)
+        with measured("eager"), choices:
+            run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state, digests_only=True)
 
     # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
     mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
@@ -265,6 +273,8 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     mode = "streamed" if plan is not None and golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
     notes: list[str] = []
+    if capture.decisions:
+        capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     if plan is not None and golden != "whole" and mode == "whole":
         notes.append("the model updates its own state in place: the golden is a whole-model fp64 copy, whose "
                      "state is judged too")
@@ -273,8 +283,10 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     fallback = GoldenFallback(dev.golden_dtype)
     with measured("golden"):
         try:
-            with fallback:
-                GOLDEN_MODES[mode](request, _outside_modes(judge.judge))
+            for follower, sink in golden_passes(choices.calls, compiled_choices, judge, policy.ratios.decision_tie):
+                with fallback, follower:
+                    GOLDEN_MODES[mode](request, _outside_modes(sink))
+                notes += follower.report.notes()
         except (TargetError, OutOfMemory):
             raise
         except Exception as exc:
