@@ -106,7 +106,7 @@ def summarize(report) -> dict:
             "max_judged_rmse_ratio": max(judged, default=0.0),
             "rmse_only_fails": [r.name for r in report.rows if rmse_only_fails(r)],
             "margins": margins, "margin_rows": worst_row, "max_rmse_ratio": max(ratios, default=0.0),
-            "rows": len(report.rows)}
+            "rows": len(report.rows), "decisions": [n for n in report.notes if n.startswith("decisions:")]}
 
 
 def one_run(model, dtype, train, seed, device, plant_spec=None) -> dict:
@@ -142,7 +142,19 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="stability: bf16 --train only; power: two strengths per plant (power is always fp32 --train)")
     p.add_argument("--json", help="write all results here")
+    p.add_argument("--jsonl", help="append each run's result here as it finishes; runs already there are skipped "
+                                   "(a grid cut short by a time limit resumes where it stopped)")
+    p.add_argument("--jobs", type=int, default=1, help="run the grid in this many processes, one (model, dtype, "
+                                                        "mode) or (plant, model) group each; needs --jsonl")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
     a = p.parse_args(argv)
+    if a.jobs > 1:
+        if not a.jsonl:
+            print("error: --jobs needs --jsonl", file=sys.stderr)
+            return 2
+        return run_parallel(a, argv if argv is not None else sys.argv[1:])
+    if a.threads:
+        torch.set_num_threads(a.threads)
     models = a.models.split(",")
     if unknown := [m for m in models if m not in MODELS]:
         print(f"error: unknown models {unknown}; known: {MODELS}", file=sys.stderr)
@@ -155,14 +167,23 @@ def main(argv=None) -> int:
     seeds = parse_seeds(a.seeds)
     dtypes, modes = (["bf16"], ["train"]) if a.quick else (a.dtypes.split(","), a.modes.split(","))
     results = {"device": a.device, "torch": torch.__version__, "seeds": seeds, "stability": [], "power": []}
+    done = _done(a.jsonl)
+
+    def record(part: str, r: dict) -> None:
+        results[part].append(r)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps({"part": part, "device": a.device, **r}) + "\n")
 
     if a.part in ("stability", "both"):
         for model in models:
             for dtype in dtypes:
                 for mode in modes:
                     for seed in seeds:
+                        if ("stability", model, dtype, mode == "train", seed, None, None) in done:
+                            continue
                         r = one_run(model, dtype, mode == "train", seed, a.device)
-                        results["stability"].append(r)
+                        record("stability", r)
                         print(f"stability {model:8s} {dtype:5s} {mode:5s} seed {seed}: {r['status']}"
                               f" rmse-only {'FAIL' if r['rmse_only_fails'] else 'PASS'}"
                               f" margins {json.dumps({k: round(v, 3) for k, v in r['margins'].items()})}"
@@ -174,11 +195,58 @@ def main(argv=None) -> int:
             for model in models:
                 for strength in strengths:
                     for seed in seeds:
+                        if ("power", model, "fp32", True, seed, kind, strength) in done:
+                            continue
                         r = one_run(model, "fp32", True, seed, a.device, (kind, strength))
-                        results["power"].append(r)
+                        record("power", r)
                         print(f"power {kind}={strength:g} {model:8s} seed {seed}: verdict {r['status']}"
                               f" rmse-only {'FAIL' if r['rmse_only_fails'] else 'PASS'}"
                               f" max rmse ratio {r['max_rmse_ratio']:.3g} ({r['seconds']}s)", flush=True)
+    results["summary"] = summary(results)
+    print(json.dumps(results["summary"], indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def _key(r: dict) -> tuple:
+    return (r["part"], r["model"], r["dtype"], r["train"], r["seed"], r.get("plant"), r.get("strength"))
+
+
+def _done(jsonl: str | None) -> set[tuple]:
+    if not jsonl or not Path(jsonl).exists():
+        return set()
+    return {_key(json.loads(line)) for line in Path(jsonl).read_text().splitlines() if line.strip()}
+
+
+def run_parallel(a, argv: list[str]) -> int:
+    """The grid split into groups, each in its own process (`--jobs 1` on one group), `a.jobs` at a time;
+    then the summary over everything in the JSONL file (this run's and earlier ones')."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+    quick = ["--quick"] if a.quick else []
+    common = ["--device", a.device, "--seeds", a.seeds, "--jsonl", a.jsonl, "--threads", str(a.threads or 1)] + quick
+    dtypes, modes = (["bf16"], ["train"]) if a.quick else (a.dtypes.split(","), a.modes.split(","))
+    groups = []
+    if a.part in ("stability", "both"):
+        groups += [["--part", "stability", "--models", m, "--dtypes", d, "--modes", mo]
+                   for m in a.models.split(",") for d in dtypes for mo in modes]
+    if a.part in ("power", "both"):
+        groups += [["--part", "power", "--plants", k, "--models", m] for k in a.plants.split(",")
+                   for m in a.models.split(",")]
+    script = str(Path(__file__).resolve())
+
+    def one(group):
+        proc = subprocess.run([sys.executable, script, *common, *group], capture_output=True, text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("stability", "power", "    "))]
+        print("\n".join(lines) + (f"\n  group {group} exited {proc.returncode}: {proc.stderr[-400:]}"
+                                   if proc.returncode else ""), flush=True)
+    with ThreadPoolExecutor(a.jobs) as pool:
+        list(pool.map(one, groups))
+    rows = [json.loads(line) for line in Path(a.jsonl).read_text().splitlines() if line.strip()]
+    results = {"device": a.device, "torch": torch.__version__, "seeds": parse_seeds(a.seeds),
+               "stability": [r for r in rows if r["part"] == "stability"],
+               "power": [r for r in rows if r["part"] == "power"]}
     results["summary"] = summary(results)
     print(json.dumps(results["summary"], indent=1))
     if a.json:
@@ -192,6 +260,7 @@ def summary(results: dict) -> dict:
            "golden_check_fail_runs": sum("worse_than_eager" in r.get("fail_codes", []) for r in st),
            "nondeterministic_compiled_runs": sum("nondeterministic_compiled" in r.get("fail_codes", []) for r in st),
            "rmse_only_fail_runs": sum(bool(r["rmse_only_fails"]) for r in st),
+           "runs_with_followed_decisions": sum(any("near-tied" in n for n in r.get("decisions", [])) for r in st),
            "largest_margin_per_check": {c: max((r["margins"].get(c, 0.0) for r in st), default=0.0) for c in CHECKS}}
     power = {}
     for r in results["power"]:
