@@ -88,6 +88,9 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the fp64 golden there (e.g. cpu) when one fp64 block does not fit the device")
     p.add_argument("--no-block-verdicts", dest="block_verdicts", action="store_false",
                    help="skip replaying each block on eager's input to it")
+    p.add_argument("--tf32", action="store_true",
+                   help="keep this process's TF32 settings on CUDA (default: fp32 runs without TF32, so that "
+                        "eager and compiled are compared at full fp32)")
 
 
 def target_id(target: str | None) -> str:
@@ -149,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
                 report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
                                    train=args.train, policy=policy, toggles=toggles, seed=args.seed,
                                    golden=args.golden, blocks=args.blocks, regional=args.regional,
-                                   golden_device=args.golden_device, block_verdicts=args.block_verdicts)
+                                   golden_device=args.golden_device, block_verdicts=args.block_verdicts,
+                                   tf32=args.tf32)
     except KeyboardInterrupt:
         error_reports("interrupted (Ctrl-C)", 130)
         raise

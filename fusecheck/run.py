@@ -32,7 +32,7 @@ from fusecheck.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
-from fusecheck.precision_notes import eager_precision_notes
+from fusecheck.precision_notes import eager_precision_notes, pinned_fp32, pinned_note
 from fusecheck.rows import RowJudge
 from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict, first_worse, judge_blocks, replay_compiled
 from fusecheck.streamed.plan import BlockPlan, make_plan
@@ -173,7 +173,8 @@ def _plan_for(prepared: Case, golden: str, blocks: str | None, regional: bool) -
 def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype | None = None,
               device: str = "cpu", train: bool = False, policy: Policy | None = None,
               toggles: Sequence[str] = (), seed: int = 0, golden: str = "auto", blocks: str | None = None,
-              regional: bool = False, golden_device: str | None = None, block_verdicts: bool = True) -> CheckReport:
+              regional: bool = False, golden_device: str | None = None, block_verdicts: bool = True,
+              tf32: bool = False) -> CheckReport:
     """Check `case` compiled with `backend` against eager and the golden. Raises TargetError on bad input
     (exit 2), CompileError when the backend fails and OutOfMemory (exit 3); otherwise returns a report.
 
@@ -181,7 +182,22 @@ def run_check(case: Case, *, backend: str = "inductor", dtype: str | torch.dtype
     module names; default: the children of the largest nn.ModuleList), else copies the whole model;
     "streamed"/"whole" force one. `regional` compiles each block on its own (what LLM users do), which
     makes compiled blocks observable per block. `golden_device` runs the golden elsewhere (the host).
+    `tf32` keeps the process's TF32 flags on CUDA; by default eager and compiled run fp32 without TF32.
     """
+    with pinned_fp32(device, keep=tf32):
+        report = _run_check(case, backend=backend, dtype=dtype, device=device, train=train, policy=policy,
+                            toggles=toggles, seed=seed, golden=golden, blocks=blocks, regional=regional,
+                            golden_device=golden_device, block_verdicts=block_verdicts)
+    report.notes += pinned_note(device, report_dtype(dtype), tf32)
+    return report
+
+
+def report_dtype(dtype) -> torch.dtype | None:
+    return resolve_dtype(dtype) if isinstance(dtype, str) or dtype is None else dtype
+
+
+def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, seed, golden, blocks, regional,
+               golden_device, block_verdicts) -> CheckReport:
     policy = policy or Policy()
     dev = resolve_device(device)
     if golden_device:

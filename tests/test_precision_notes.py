@@ -34,3 +34,20 @@ def test_no_note_without_tf32_or_off_cuda_or_in_bf16(flags):
     flags("high", cudnn=True)
     assert eager_precision_notes("cpu", torch.float32) == []
     assert eager_precision_notes("cuda", torch.bfloat16) == []
+
+
+def test_tf32_is_pinned_off_on_cuda_and_restored(flags):
+    """eager and compiled run fp32 without TF32 on CUDA (cuDNN picks TF32 in channels-last and not in NCHW:
+    compiled was 400-600x eager's error on the H200 for that reason alone); the flags come back after."""
+    from fusecheck.precision_notes import pinned_fp32, pinned_note
+    flags("high", cudnn=True)
+    with pinned_fp32("cuda", keep=False):
+        assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
+        assert eager_precision_notes("cuda", torch.float32) == []  # nothing to warn about while pinned
+    assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32
+    with pinned_fp32("cuda", keep=True):
+        assert torch.backends.cudnn.allow_tf32
+    with pinned_fp32("cpu", keep=False):
+        assert torch.backends.cudnn.allow_tf32
+    assert "TF32 was off" in pinned_note("cuda", torch.float32, keep=False)[0]
+    assert pinned_note("cuda", torch.float32, keep=True) == pinned_note("cuda", torch.bfloat16, keep=False) == []
