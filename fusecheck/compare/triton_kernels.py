@@ -1,0 +1,224 @@
+"""The Triton kernels of the one-pass comparison core (`triton_core.py` drives them; read its docstring).
+
+Imported only where Triton is installed. Plain module-level jit functions: Triton resolves the helpers a
+kernel calls through the module's globals.
+"""
+import triton
+import triton.language as tl
+
+
+INF = tl.constexpr(float("inf"))
+
+
+@triton.jit
+def _pick(x0, x1, x2, I: tl.constexpr):
+    if I == 0:
+        return x0
+    elif I == 1:
+        return x1
+    else:
+        return x2
+
+
+@triton.jit
+def _bits(x):
+    if x.dtype.primitive_bitwidth == 16:
+        return x.to(tl.int16, bitcast=True)
+    elif x.dtype.primitive_bitwidth == 32:
+        return x.to(tl.int32, bitcast=True)
+    else:
+        return x.to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def _floor_log2(x):
+    """floor(log2 x) for finite x >= 0 as int32, 0 -> -1 (fused._floor_log2)."""
+    sub = x < 2.2250738585072014e-308  # fp64 tiny: subnormals are lifted by 2^64 first (exact)
+    s = tl.where(sub, x * 18446744073709551616.0, x)
+    e = ((s.to(tl.int64, bitcast=True) >> 52) & 2047).to(tl.int32) - 1023
+    e = tl.where(sub, e - 64, e)
+    return tl.where(x == 0, -1, e)
+
+
+@triton.jit
+def _pow2(n):
+    """2.0**n exactly for int32 n >= -1022, inf above 1023 (fused._pow2)."""
+    field = (tl.minimum(n, 1023) + 1023).to(tl.int64) << 52
+    return tl.where(n > 1023, INF, field.to(tl.float64, bitcast=True))
+
+
+@triton.jit
+def _octave_records(omax, cand, octave, err, OB: tl.constexpr):
+    """Raise each octave's running maximum to the largest candidate error in it, octave by octave."""
+    bins = tl.arange(0, OB)
+    left = tl.sum(cand.to(tl.int32), axis=0)
+    while left > 0:
+        o = tl.min(tl.where(cand, octave, OB), axis=0)
+        sel = cand & (octave == o)
+        m = tl.max(tl.where(sel, err, 0.0), axis=0)
+        omax = tl.where(bins == o, tl.maximum(omax, m), omax)
+        cand = cand & (octave != o)
+        left = tl.sum(cand.to(tl.int32), axis=0)
+    return omax
+
+
+@triton.jit
+def _pair(c, s, m, hist, omax, a, b, xa, xb, fa, fb, na, nb, valid, rtol, atol, thr, small_atol, c3, c5,
+          eps, mant, min_eb, obase, SAME: tl.constexpr, OCT: tl.constexpr, OB: tl.constexpr):
+    """One tile of one pair (fused._pair, element by element) added to its per-lane accumulators."""
+    finite = fa & fb & valid
+    af = tl.where(finite, a, 0.0)
+    bf = tl.where(finite, b, 0.0)
+    d = tl.abs(af - bf)
+    babs = tl.abs(bf)
+    rel = d / (babs + eps)  # fp64: div.rn.f64, correctly rounded (tl.math.div_rn is fp32 only)
+    lg = _floor_log2(babs)
+    eb = tl.maximum(tl.where(babs > 0, lg, min_eb), min_eb)
+    ulp = tl.where(d > 0, d * _pow2(mant - eb), 0.0)
+    small = finite & (babs < thr)
+    big = finite & (babs >= thr)
+    rel_big = tl.where(small, 0.0, rel)
+    err_big = tl.where(big, d, 0.0)
+    mnf = (na ^ nb) | (~(finite | na | nb) & (a != b))
+    octave = tl.minimum(tl.maximum(lg - obase, 0), OCT - 1)
+    c = (c[0] + finite.to(tl.int32), c[1] + mnf.to(tl.int32), c[2] + (ulp > 1).to(tl.int32),
+         c[3] + small.to(tl.int32), c[4] + (small & (d > small_atol)).to(tl.int32),
+         c[5] + (finite & (rel < c3)).to(tl.int32), c[6] + (finite & (rel < c5)).to(tl.int32),
+         c[7] + ((finite & (d > atol + rtol * babs)) | mnf).to(tl.int32), c[8])
+    if SAME:  # else the host reports -1 (dtypes differ)
+        c = c[:8] + (c[8] + (valid & (_bits(xa) == _bits(xb))).to(tl.int32),)
+    s = (s[0] + d * d, s[1] + rel_big, s[2] + rel_big * rel_big, s[3] + af * bf, s[4] + af * af,
+         s[5] + bf * bf, s[6] + ulp)
+    m = (tl.maximum(m[0], d), tl.maximum(m[1], rel_big), tl.maximum(m[2], ulp),
+         tl.maximum(m[3], tl.where(small, d, 0.0)))
+    hist = hist + tl.histogram(octave, OB, mask=big)
+    cand = big & (err_big > tl.gather(omax, octave, 0))
+    return c, s, m, hist, cand, octave, err_big
+
+
+@triton.jit
+def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row,
+                NC: tl.constexpr, OB: tl.constexpr):
+    for k in tl.static_range(NC):
+        tl.store(cnt_ptr + row * NC + k, tl.sum(c[k], axis=0))
+    for k in tl.static_range(len(s)):
+        tl.store(sum_ptr + row * len(s) + k, tl.sum(s[k], axis=0))
+    for k in tl.static_range(len(m)):
+        tl.store(max_ptr + row * len(m) + k, tl.max(m[k], axis=0))
+    bins = tl.arange(0, OB)
+    tl.store(hist_ptr + row * OB + bins, hist)
+    tl.store(omax_ptr + row * OB + bins, omax)
+
+
+@triton.jit
+def _zeros_pair(BLOCK: tl.constexpr, OB: tl.constexpr):
+    zi = tl.zeros([BLOCK], tl.int32)
+    zf = tl.zeros([BLOCK], tl.float64)
+    return ((zi, zi, zi, zi, zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf, zf), (zf, zf, zf, zf),
+            tl.zeros([OB], tl.int32), tl.zeros([OB], tl.float64))
+
+
+@triton.jit
+def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
+                    cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr,
+                    NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
+                    S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
+                    A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
+                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    rtol = tl.load(fp + 0)
+    atol = tl.load(fp + 1)
+    thr = tl.load(fp + 2)
+    small_atol = tl.load(fp + 3)
+    c3 = tl.load(fp + 4)
+    c5 = tl.load(fp + 5)
+    eps = tl.load(fp + 6)
+    lanes = tl.arange(0, BLOCK)
+    c0, s0, m0, h0, o0 = _zeros_pair(BLOCK, OB)
+    c1, s1, m1, h1, o1 = _zeros_pair(BLOCK, OB)
+    c2, s2, m2, h2, o2 = _zeros_pair(BLOCK, OB)
+    zi = tl.zeros([BLOCK], tl.int32)
+    t0n, t0f, t1n, t1f, t2n, t2f = zi, zi, zi, zi, zi, zi  # per tensor: NaN/Inf count, NaN count
+    for t in range(0, tiles_per_prog):
+        offs = (pid + t * nprog).to(tl.int64) * BLOCK + lanes
+        valid = offs < n
+        v0 = tl.load(x0 + offs, mask=valid, other=0.0)
+        v1 = tl.load(x1 + offs, mask=valid, other=0.0)
+        u0 = v0.to(tl.float64)
+        u1 = v1.to(tl.float64)
+        n0 = u0 != u0
+        n1 = u1 != u1
+        f0 = tl.abs(u0) < INF
+        f1 = tl.abs(u1) < INF
+        t0n += (valid & ~f0).to(tl.int32)
+        t0f += n0.to(tl.int32)
+        t1n += (valid & ~f1).to(tl.int32)
+        t1f += n1.to(tl.int32)
+        if NT == 3:
+            v2 = tl.load(x2 + offs, mask=valid, other=0.0)
+            u2 = v2.to(tl.float64)
+            n2 = u2 != u2
+            f2 = tl.abs(u2) < INF
+            t2n += (valid & ~f2).to(tl.int32)
+            t2f += n2.to(tl.int32)
+        else:
+            v2, u2, n2, f2 = v1, u1, n1, f1
+        c0, s0, m0, h0, k0, q0, e0 = _pair(
+            c0, s0, m0, h0, o0, _pick(u0, u1, u2, A0), _pick(u0, u1, u2, B0), _pick(v0, v1, v2, A0),
+            _pick(v0, v1, v2, B0), _pick(f0, f1, f2, A0), _pick(f0, f1, f2, B0), _pick(n0, n1, n2, A0),
+            _pick(n0, n1, n2, B0), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
+            S0, OCT, OB)
+        flags = k0.to(tl.int32)
+        if NPAIRS > 1:
+            c1, s1, m1, h1, k1, q1, e1 = _pair(
+                c1, s1, m1, h1, o1, _pick(u0, u1, u2, A1), _pick(u0, u1, u2, B1), _pick(v0, v1, v2, A1),
+                _pick(v0, v1, v2, B1), _pick(f0, f1, f2, A1), _pick(f0, f1, f2, B1), _pick(n0, n1, n2, A1),
+                _pick(n0, n1, n2, B1), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
+                S1, OCT, OB)
+            flags = flags | (k1.to(tl.int32) << 1)
+        if NPAIRS > 2:
+            c2, s2, m2, h2, k2, q2, e2 = _pair(
+                c2, s2, m2, h2, o2, _pick(u0, u1, u2, A2), _pick(u0, u1, u2, B2), _pick(v0, v1, v2, A2),
+                _pick(v0, v1, v2, B2), _pick(f0, f1, f2, A2), _pick(f0, f1, f2, B2), _pick(n0, n1, n2, A2),
+                _pick(n0, n1, n2, B2), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
+                S2, OCT, OB)
+            flags = flags | (k2.to(tl.int32) << 2)
+        records = tl.reduce_or(flags, axis=0)  # one block reduction per tile for all pairs
+        if records != 0:
+            o0 = _octave_records(o0, k0, q0, e0, OB)
+            if NPAIRS > 1:
+                o1 = _octave_records(o1, k1, q1, e1, OB)
+            if NPAIRS > 2:
+                o2 = _octave_records(o2, k2, q2, e2, OB)
+    row = pid * NPAIRS
+    _store_pair(c0, s0, m0, h0, o0, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row, NC, OB)
+    if NPAIRS > 1:
+        _store_pair(c1, s1, m1, h1, o1, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row + 1, NC, OB)
+    if NPAIRS > 2:
+        _store_pair(c2, s2, m2, h2, o2, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row + 2, NC, OB)
+    tb = pid * 6
+    tl.store(tcnt_ptr + tb + 0, tl.sum(t0n, axis=0))
+    tl.store(tcnt_ptr + tb + 1, tl.sum(t0f, axis=0))
+    tl.store(tcnt_ptr + tb + 2, tl.sum(t1n, axis=0))
+    tl.store(tcnt_ptr + tb + 3, tl.sum(t1f, axis=0))
+    tl.store(tcnt_ptr + tb + 4, tl.sum(t2n, axis=0))
+    tl.store(tcnt_ptr + tb + 5, tl.sum(t2f, axis=0))
+
+
+@triton.jit
+def abs_max_kernel(x0, x1, n, tiles_per_prog, out_ptr, NT: tl.constexpr, BLOCK: tl.constexpr):
+    """Largest finite |x| of each of one or two tensors, per program (scale.finite_abs_max)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    m1 = tl.zeros([BLOCK], tl.float64)
+    for t in range(0, tiles_per_prog):
+        offs = (pid + t * nprog).to(tl.int64) * BLOCK + lanes
+        valid = offs < n
+        a0 = tl.abs(tl.load(x0 + offs, mask=valid, other=0.0).to(tl.float64))
+        m1 = tl.maximum(m1, tl.where(a0 < INF, a0, 0.0))
+        if NT == 2:
+            a1 = tl.abs(tl.load(x1 + offs, mask=valid, other=0.0).to(tl.float64))
+            m1 = tl.maximum(m1, tl.where(a1 < INF, a1, 0.0))
+    tl.store(out_ptr + pid, tl.max(m1, axis=0))
