@@ -20,6 +20,7 @@ variant, as compiled.py does) falls back to the eager core with one warning: nev
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 
 import torch
@@ -38,11 +39,29 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # fp64 constants travel in a tensor: Triton types a Python float argument (and most literals) as fp32
 CONSTS = (1e-3, 5e-3, EPS)
 
-# Launch shape (benchmarks/triton_core.py sweeps these): one element per thread and tile, so that every
-# accumulator of three pairs fits one register (or two) per thread
-BLOCK = 128  # elements per tile = lanes of the per-lane accumulators
-NUM_WARPS = 4
-PROGRAMS_PER_SM = 2
+# Launch shape (benchmarks/triton_core.py sweeps it; FUSECHECK_TRITON_CONFIG="BLOCK,WARPS,PROGRAMS_PER_SM,STAGES"
+# overrides it): one element per thread and tile, so that every accumulator of three pairs fits one register
+# (two for fp64) per thread; STAGES > 1 lets Triton pipeline the loads of later tiles (cp.async)
+CONFIG_ENV = "FUSECHECK_TRITON_CONFIG"
+DEFAULT_CONFIG = (128, 4, 2, 1)
+
+
+def _config() -> tuple[int, int, int, int]:
+    text = os.environ.get(CONFIG_ENV, "")
+    try:
+        values = tuple(int(v) for v in text.split(",")) if text else DEFAULT_CONFIG
+        if len(values) == 4 and min(values) > 0 and values[0] & (values[0] - 1) == 0:
+            return values
+    except ValueError:
+        pass
+    warnings.warn(f"fusecheck: {CONFIG_ENV}={text!r} is not BLOCK,WARPS,PROGRAMS_PER_SM,STAGES (positive, BLOCK a "
+                  f"power of two); using {DEFAULT_CONFIG}")
+    return DEFAULT_CONFIG
+
+
+BLOCK, NUM_WARPS, PROGRAMS_PER_SM, STAGES = _config()
+# the abs-max pre-pass: a plain streaming max, many elements per thread
+ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
 MAX_PROGRAM_ELEMS = 1 << 30  # int32 counts per program
 CHECK_ELEMS = (1 << 16) + 3  # the self-check's prefix: several tiles and a partial one
@@ -65,10 +84,10 @@ def _kernels():
     return triton_kernels.partials_kernel, triton_kernels.abs_max_kernel
 
 
-def _programs(n: int, device: torch.device) -> int:
-    tiles = -(-n // BLOCK)
+def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
+    tiles = -(-n // block)
     if device.type == "cuda":
-        want = torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_SM
+        want = torch.cuda.get_device_properties(device).multi_processor_count * per_sm
     else:
         want = INTERPRET_PROGRAMS
     return max(1, min(tiles, max(want, -(-n // MAX_PROGRAM_ELEMS))))
@@ -83,7 +102,7 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     """[pairs, entries] of one flat chunk (all on one device), entries in `ACCUMULATORS` order."""
     kernel, _ = _kernels()
     device, n = raws[0].device, raws[0].numel()
-    progs = _programs(n, device)
+    progs = _programs(n, device, BLOCK, PROGRAMS_PER_SM)
     tiles = -(-n // BLOCK)
     npairs = len(pairs)
     cnt = torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device)
@@ -97,7 +116,7 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
     kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
-                     len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
+                     len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), STAGES,
                      num_warps=NUM_WARPS, **_launch_options(device))
     parts = _Parts(n, pairs, raws, cnt.sum(0, dtype=torch.int64).double(), tcnt.sum(0, dtype=torch.int64).double(),
                    sums.sum(0), maxes.amax(0), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double(),
@@ -165,8 +184,11 @@ _failed: set = set()  # variants that failed (compile error or self-check): the 
 _checked: set = set()
 
 
+ENV = "FUSECHECK_TRITON_COMPARE"  # "0": off (the eager or Inductor core answers); on by default where it runs
+
+
 def supports(tensors: list[torch.Tensor], acc: torch.dtype) -> bool:
-    return (acc == torch.float64 and all(t.dtype in DTYPES for t in tensors) and available()
+    return (os.environ.get(ENV, "1") != "0" and acc == torch.float64 and all(t.dtype in DTYPES for t in tensors) and available()
             and not torch.compiler.is_compiling())
 
 
@@ -226,9 +248,10 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
 def _abs_max(xs: list[torch.Tensor]) -> float:
     _, kernel = _kernels()
     n, device = xs[0].numel(), xs[0].device
-    progs = _programs(n, device)
+    block = ABS_MAX_BLOCK if device.type == "cuda" else BLOCK
+    progs = _programs(n, device, block, ABS_MAX_PROGRAMS_PER_SM)
     out = torch.empty(progs, dtype=torch.float64, device=device)
-    kernel[(progs,)](xs[0], xs[-1], n, -(-(-(-n // BLOCK)) // progs), out, len(xs), BLOCK, num_warps=NUM_WARPS)
+    kernel[(progs,)](xs[0], xs[-1], n, -(-(-(-n // block)) // progs), out, len(xs), block, num_warps=ABS_MAX_WARPS)
     return float(out.max())
 
 

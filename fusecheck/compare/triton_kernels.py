@@ -124,7 +124,8 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                     S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
                     A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
-                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr):
+                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr,
+                    STAGES: tl.constexpr = 1):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     rtol = tl.load(fp + 0)
@@ -140,7 +141,7 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     c2, s2, m2, h2, o2 = _zeros_pair(BLOCK, OB)
     zi = tl.zeros([BLOCK], tl.int32)
     t0n, t0f, t1n, t1f, t2n, t2f = zi, zi, zi, zi, zi, zi  # per tensor: NaN/Inf count, NaN count
-    for t in range(0, tiles_per_prog):
+    for t in tl.range(0, tiles_per_prog, num_stages=STAGES):
         offs = (pid + t * nprog).to(tl.int64) * BLOCK + lanes
         valid = offs < n
         v0 = tl.load(x0 + offs, mask=valid, other=0.0)
