@@ -181,3 +181,13 @@ def test_unsupported_dtypes_and_explicit_chunks_stay_on_the_eager_core():
     pairs = _three_pairs(20)
     multi_pair_metrics(pairs, **KW, chunk_elems=7)
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)
+
+
+@pytest.mark.skipif(not CUDA, reason="the interpreter would take minutes: a CUDA machine runs the real kernel")
+def test_a_large_tensor_on_cuda_matches_the_per_pair_core():
+    pairs = _three_pairs((1 << 22) + 3, seed=9)  # many programs, several tiles each, a tail
+    got = multi_pair_metrics(pairs, **KW)
+    assert triton_core._checked and not triton_core._failed
+    want = old.multi_pair_metrics(pairs, **KW)
+    for key in pairs:
+        _same(want[key].values, got[key].values, key)

@@ -27,10 +27,11 @@ import torch
 
 from fusecheck.compare.metrics import ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, iter_aligned_chunks
 
-OCT_BINS = 64  # a power of two >= OCTAVES (tl.histogram, tl.gather)
+OCT_BINS = 64
+EXACT_LOG_BELOW = -1022  # an octave base below the normal range needs exact exponents of subnormals  # a power of two >= OCTAVES (tl.histogram, tl.gather)
 # per pair, in the kernel's output order
-COUNTS = ("n_finite", "nonfinite_mismatch", "ulp_gt1", "small_n", "small_err", "rel_lt_1e-3", "rel_lt_5e-3",
-          "mismatches", "bits_equal")
+COUNTS = ("n_finite", "nonfinite_mismatch", "ulp_gt1", "small_n", "small_err", "rel_ge_1e-3", "rel_ge_5e-3",
+          "mismatches", "bits_equal")  # rel >= c implies a finite position: rel_lt_c = n_finite - rel_ge_c
 SUMS = ("sq_err", "sum_rel", "sq_rel", "dot", "a_sq", "b_sq", "ulp_sum")
 MAXES = ("max_abs", "max_rel", "ulp_max", "small_max_abs")
 # per tensor: NaN/Inf and NaN counts (shared by the pairs that read the tensor)
@@ -116,7 +117,8 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
     kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
-                     len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), STAGES,
+                     len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
+                     ints[2] < EXACT_LOG_BELOW, STAGES,
                      num_warps=NUM_WARPS, **_launch_options(device))
     parts = _Parts(n, pairs, raws, cnt.sum(0, dtype=torch.int64).double(), tcnt.sum(0, dtype=torch.int64).double(),
                    sums.sum(0), maxes.amax(0), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double(),
@@ -156,7 +158,7 @@ def _full(value_of):
 # accumulator -> its value for pair p from the reduced kernel outputs (every ACCUMULATORS name: a KeyError
 # names one that is missing)
 ENTRIES = {
-    **{name: _named(_from("cnt", COUNTS), name) for name in COUNTS if name != "bits_equal"},
+    **{name: _named(_from("cnt", COUNTS), name) for name in COUNTS if name in ACCUMULATORS and name != "bits_equal"},
     **{name: _named(_from("sums", SUMS), name) for name in SUMS},
     **{name: _named(_from("maxes", MAXES), name) for name in MAXES},
     "numel": _full(lambda parts, p: parts.n),
@@ -164,6 +166,8 @@ ENTRIES = {
     "b_nonfinite": lambda parts, p: parts.tensor(p, 1, "nonfinite"),
     "b_nan": lambda parts, p: parts.tensor(p, 1, "nan"),
     "n_big": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "small_n"),
+    "rel_lt_1e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_1e-3"),
+    "rel_lt_5e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_5e-3"),
     "bits_equal": lambda parts, p: (parts.count(p, "bits_equal")
                                     if parts.raws[parts.pairs[p][0]].dtype == parts.raws[parts.pairs[p][1]].dtype
                                     else torch.full((), -1.0, dtype=torch.float64, device=parts.cnt.device)),
@@ -211,8 +215,8 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
     """`fused.walk` through the kernel: [pairs, entries], or None where the eager core must answer (unsupported
     dtypes, no Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
     DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk, as the eager core's)."""
-    if not tensors[0].numel() or not supports(tensors, acc):
-        return None
+    if not tensors[0].numel() or not supports(tensors, acc) or min(fparams.tolist()) < 0:
+        return None  # negative tolerances: the kernel's "a difference beyond atol implies finite" needs >= 0
     variant = (device.type, tuple(t.dtype for t in tensors), pairs)
     if variant in _failed:
         return None

@@ -63,37 +63,63 @@ def _octave_records(omax, cand, octave, err, OB: tl.constexpr):
 
 
 @triton.jit
-def _pair(c, s, m, hist, omax, a, b, xa, xb, fa, fb, na, nb, valid, rtol, atol, thr, small_atol, c3, c5,
-          eps, mant, min_eb, obase, SAME: tl.constexpr, OCT: tl.constexpr, OB: tl.constexpr):
-    """One tile of one pair (fused._pair, element by element) added to its per-lane accumulators."""
-    finite = fa & fb & valid
-    af = tl.where(finite, a, 0.0)
-    bf = tl.where(finite, b, 0.0)
-    d = tl.abs(af - bf)
-    babs = tl.abs(bf)
-    rel = d / (babs + eps)  # fp64: div.rn.f64, correctly rounded (tl.math.div_rn is fp32 only)
-    lg = _floor_log2(babs)
-    eb = tl.maximum(tl.where(babs > 0, lg, min_eb), min_eb)
-    ulp = tl.where(d > 0, d * _pow2(mant - eb), 0.0)
-    small = finite & (babs < thr)
-    big = finite & (babs >= thr)
-    rel_big = tl.where(small, 0.0, rel)
-    err_big = tl.where(big, d, 0.0)
-    mnf = (na ^ nb) | (~(finite | na | nb) & (a != b))
+def _tensor_side(v):
+    """One tensor's tile, shared by the pairs that read it: fp64 value, finite mask, NaN/Inf class
+    (0 finite, 1 NaN, 2 +Inf, 3 -Inf: metrics.classify_nonfinite)."""
+    u = v.to(tl.float64)
+    nan = u != u
+    inf = tl.abs(u) == INF
+    cls = tl.where(nan, 1, tl.where(inf, tl.where(u > 0, 2, 3), 0))
+    return u, cls == 0, cls
+
+
+@triton.jit
+def _b_side(u, fin, rtol, atol, thr, eps, mant, min_eb, obase, OCT: tl.constexpr, EXACT_LOG: tl.constexpr):
+    """What depends on the expected side B alone, shared by the pairs that judge against it. From |B| as
+    loaded: on the positions where both sides are finite it is fused._pair's masked |B|; elsewhere each
+    use is masked by the pair (or meets a zero difference)."""
+    babs = tl.abs(u)
+    if EXACT_LOG:  # octaves reach below the normal range (small-value threshold 0 or subnormal)
+        lg = _floor_log2(babs)
+        eb = tl.maximum(tl.where(babs > 0, lg, min_eb), min_eb)
+    else:  # the exponent field: exact for normal |B|; 0 and subnormals give -1023, below every min_eb
+        lg = (babs.to(tl.int64, bitcast=True) >> 52).to(tl.int32) - 1023
+        eb = tl.maximum(lg, min_eb)
+    scale = _pow2(mant - eb)
     octave = tl.minimum(tl.maximum(lg - obase, 0), OCT - 1)
+    tol = atol + rtol * babs
+    den = tl.where(fin, babs, 0.0) + eps  # finite: no NaN reaches a relative error
+    return scale, octave, babs < thr, babs >= thr, tol, den
+
+
+@triton.jit
+def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_atol, c3, c5, SAME: tl.constexpr):
+    """One tile of one pair (fused._pair, element by element) added to its per-lane accumulators. Counts
+    that imply a non-zero difference need no finite mask (the difference is 0 off the finite positions)."""
+    scale, octave, small_b, big_b, tol, den = bside
+    finite = fa & fb & valid
+    af = tl.where(finite, ua, 0.0)
+    bf = tl.where(finite, ub, 0.0)
+    d = tl.abs(af - bf)
+    rel = d / den  # fp64: div.rn.f64, correctly rounded (tl.math.div_rn is fp32 only)
+    ulp = tl.where(d > 0, d * scale, 0.0)
+    small = finite & small_b
+    big = finite & big_b
+    rel_big = tl.where(small, 0.0, rel)
+    mnf = ca != cb
     c = (c[0] + finite.to(tl.int32), c[1] + mnf.to(tl.int32), c[2] + (ulp > 1).to(tl.int32),
-         c[3] + small.to(tl.int32), c[4] + (small & (d > small_atol)).to(tl.int32),
-         c[5] + (finite & (rel < c3)).to(tl.int32), c[6] + (finite & (rel < c5)).to(tl.int32),
-         c[7] + ((finite & (d > atol + rtol * babs)) | mnf).to(tl.int32), c[8])
+         c[3] + small.to(tl.int32), c[4] + (small_b & (d > small_atol)).to(tl.int32),
+         c[5] + (rel >= c3).to(tl.int32), c[6] + (rel >= c5).to(tl.int32),
+         c[7] + ((d > tol) | mnf).to(tl.int32), c[8])
     if SAME:  # else the host reports -1 (dtypes differ)
         c = c[:8] + (c[8] + (valid & (_bits(xa) == _bits(xb))).to(tl.int32),)
-    s = (s[0] + d * d, s[1] + rel_big, s[2] + rel_big * rel_big, s[3] + af * bf, s[4] + af * af,
-         s[5] + bf * bf, s[6] + ulp)
+    # sums may round differently from torch's (an FMA, another order): "to fp64 rounding", as documented
+    s = (tl.fma(d, d, s[0]), s[1] + rel_big, tl.fma(rel_big, rel_big, s[2]), tl.fma(af, bf, s[3]),
+         tl.fma(af, af, s[4]), tl.fma(bf, bf, s[5]), s[6] + ulp)
     m = (tl.maximum(m[0], d), tl.maximum(m[1], rel_big), tl.maximum(m[2], ulp),
          tl.maximum(m[3], tl.where(small, d, 0.0)))
-    hist = hist + tl.histogram(octave, OB, mask=big)
-    cand = big & (err_big > tl.gather(omax, octave, 0))
-    return c, s, m, hist, cand, octave, err_big
+    cand = big & (d > tl.gather(omax, octave, 0))  # beats its octave's running maximum
+    return c, s, m, big, cand, octave, d
 
 
 @triton.jit
@@ -124,8 +150,11 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                     S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
                     A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
-                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr,
-                    STAGES: tl.constexpr = 1):
+                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, EXACT_LOG: tl.constexpr,
+                    STAGES: tl.constexpr):
+    """Per-program partials of up to three pairs (A_i, B_i index x0..x2; S_i: same dtype) over a grid-strided
+    range of tiles. Pairs 1 and 2 judged against the same B share its B-side work and, where both sides
+    are finite, one octave histogram."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     rtol = tl.load(fp + 0)
@@ -135,6 +164,7 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     c3 = tl.load(fp + 4)
     c5 = tl.load(fp + 5)
     eps = tl.load(fp + 6)
+    SHARE: tl.constexpr = NPAIRS == 3 and B1 == B2
     lanes = tl.arange(0, BLOCK)
     c0, s0, m0, h0, o0 = _zeros_pair(BLOCK, OB)
     c1, s1, m1, h1, o1 = _zeros_pair(BLOCK, OB)
@@ -146,52 +176,69 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
         valid = offs < n
         v0 = tl.load(x0 + offs, mask=valid, other=0.0)
         v1 = tl.load(x1 + offs, mask=valid, other=0.0)
-        u0 = v0.to(tl.float64)
-        u1 = v1.to(tl.float64)
-        n0 = u0 != u0
-        n1 = u1 != u1
-        f0 = tl.abs(u0) < INF
-        f1 = tl.abs(u1) < INF
-        t0n += (valid & ~f0).to(tl.int32)
-        t0f += n0.to(tl.int32)
-        t1n += (valid & ~f1).to(tl.int32)
-        t1f += n1.to(tl.int32)
+        u0, f0, k0 = _tensor_side(v0)
+        u1, f1, k1 = _tensor_side(v1)
+        t0n += (k0 != 0).to(tl.int32)
+        t0f += (k0 == 1).to(tl.int32)
+        t1n += (k1 != 0).to(tl.int32)
+        t1f += (k1 == 1).to(tl.int32)
         if NT == 3:
             v2 = tl.load(x2 + offs, mask=valid, other=0.0)
-            u2 = v2.to(tl.float64)
-            n2 = u2 != u2
-            f2 = tl.abs(u2) < INF
-            t2n += (valid & ~f2).to(tl.int32)
-            t2f += n2.to(tl.int32)
+            u2, f2, k2 = _tensor_side(v2)
+            t2n += (k2 != 0).to(tl.int32)
+            t2f += (k2 == 1).to(tl.int32)
         else:
-            v2, u2, n2, f2 = v1, u1, n1, f1
-        c0, s0, m0, h0, k0, q0, e0 = _pair(
-            c0, s0, m0, h0, o0, _pick(u0, u1, u2, A0), _pick(u0, u1, u2, B0), _pick(v0, v1, v2, A0),
-            _pick(v0, v1, v2, B0), _pick(f0, f1, f2, A0), _pick(f0, f1, f2, B0), _pick(n0, n1, n2, A0),
-            _pick(n0, n1, n2, B0), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
-            S0, OCT, OB)
-        flags = k0.to(tl.int32)
+            v2, u2, f2, k2 = v1, u1, f1, k1
+        bs0 = _b_side(_pick(u0, u1, u2, B0), _pick(f0, f1, f2, B0), rtol, atol, thr, eps, mant, min_eb, obase,
+                      OCT, EXACT_LOG)
+        c0, s0, m0, g0, r0, q0, d0 = _pair(
+            c0, s0, m0, o0, _pick(u0, u1, u2, A0), _pick(u0, u1, u2, B0), _pick(v0, v1, v2, A0),
+            _pick(v0, v1, v2, B0), _pick(f0, f1, f2, A0), _pick(f0, f1, f2, B0), _pick(k0, k1, k2, A0),
+            _pick(k0, k1, k2, B0), bs0, valid, small_atol, c3, c5, S0)
+        h0 += tl.histogram(q0, OB, mask=g0)
+        flags = r0.to(tl.int32)
         if NPAIRS > 1:
-            c1, s1, m1, h1, k1, q1, e1 = _pair(
-                c1, s1, m1, h1, o1, _pick(u0, u1, u2, A1), _pick(u0, u1, u2, B1), _pick(v0, v1, v2, A1),
-                _pick(v0, v1, v2, B1), _pick(f0, f1, f2, A1), _pick(f0, f1, f2, B1), _pick(n0, n1, n2, A1),
-                _pick(n0, n1, n2, B1), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
-                S1, OCT, OB)
-            flags = flags | (k1.to(tl.int32) << 1)
+            bs1 = _b_side(_pick(u0, u1, u2, B1), _pick(f0, f1, f2, B1), rtol, atol, thr, eps, mant, min_eb,
+                          obase, OCT, EXACT_LOG)
+            c1, s1, m1, g1, r1, q1, d1 = _pair(
+                c1, s1, m1, o1, _pick(u0, u1, u2, A1), _pick(u0, u1, u2, B1), _pick(v0, v1, v2, A1),
+                _pick(v0, v1, v2, B1), _pick(f0, f1, f2, A1), _pick(f0, f1, f2, B1), _pick(k0, k1, k2, A1),
+                _pick(k0, k1, k2, B1), bs1, valid, small_atol, c3, c5, S1)
+            flags = flags | (r1.to(tl.int32) << 1)
+            if not SHARE:
+                h1 += tl.histogram(q1, OB, mask=g1)
         if NPAIRS > 2:
-            c2, s2, m2, h2, k2, q2, e2 = _pair(
-                c2, s2, m2, h2, o2, _pick(u0, u1, u2, A2), _pick(u0, u1, u2, B2), _pick(v0, v1, v2, A2),
-                _pick(v0, v1, v2, B2), _pick(f0, f1, f2, A2), _pick(f0, f1, f2, B2), _pick(n0, n1, n2, A2),
-                _pick(n0, n1, n2, B2), valid, rtol, atol, thr, small_atol, c3, c5, eps, mant, min_eb, obase,
-                S2, OCT, OB)
-            flags = flags | (k2.to(tl.int32) << 2)
+            if SHARE:
+                bs2 = bs1
+            else:
+                bs2 = _b_side(_pick(u0, u1, u2, B2), _pick(f0, f1, f2, B2), rtol, atol, thr, eps, mant, min_eb,
+                              obase, OCT, EXACT_LOG)
+            c2, s2, m2, g2, r2, q2, d2 = _pair(
+                c2, s2, m2, o2, _pick(u0, u1, u2, A2), _pick(u0, u1, u2, B2), _pick(v0, v1, v2, A2),
+                _pick(v0, v1, v2, B2), _pick(f0, f1, f2, A2), _pick(f0, f1, f2, B2), _pick(k0, k1, k2, A2),
+                _pick(k0, k1, k2, B2), bs2, valid, small_atol, c3, c5, S2)
+            flags = flags | (r2.to(tl.int32) << 2)
+            if SHARE:  # the same octaves: one histogram where both count, the rest (NaN/Inf on one A) below
+                common = tl.histogram(q1, OB, mask=g1 & g2)
+                h1 += common
+                h2 += common
+                flags = flags | ((g1 != g2).to(tl.int32) << 3)
+            else:
+                h2 += tl.histogram(q2, OB, mask=g2)
         records = tl.reduce_or(flags, axis=0)  # one block reduction per tile for all pairs
         if records != 0:
-            o0 = _octave_records(o0, k0, q0, e0, OB)
+            if (records & 1) != 0:
+                o0 = _octave_records(o0, r0, q0, d0, OB)
             if NPAIRS > 1:
-                o1 = _octave_records(o1, k1, q1, e1, OB)
+                if (records & 2) != 0:
+                    o1 = _octave_records(o1, r1, q1, d1, OB)
             if NPAIRS > 2:
-                o2 = _octave_records(o2, k2, q2, e2, OB)
+                if (records & 4) != 0:
+                    o2 = _octave_records(o2, r2, q2, d2, OB)
+                if SHARE:
+                    if (records & 8) != 0:
+                        h1 += tl.histogram(q1, OB, mask=g1 & ~g2)
+                        h2 += tl.histogram(q2, OB, mask=g2 & ~g1)
     row = pid * NPAIRS
     _store_pair(c0, s0, m0, h0, o0, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row, NC, OB)
     if NPAIRS > 1:
