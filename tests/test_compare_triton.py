@@ -58,7 +58,7 @@ def _check_partials(tensors, pairs, ulp_dtype, thr=2.0 ** -20, atol=1e-5, where=
     tensors = [t.to(DEVICE) for t in tensors]
     fp, ip = _params(ulp_dtype, thr, atol)
     got = triton_core._raw_partials(tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()))
-    want = fused.chunk_partials(tensors, pairs, torch.float64, fp.to(DEVICE), ip.to(DEVICE))
+    want = fused.chunk_partials(tensors, pairs, torch.float64, fp.to(DEVICE), ip.to(DEVICE)).cpu()
     names = [f"{k}.{i}" if a.size > 1 else k for k, a in ACCUMULATORS.items() for i in range(a.size)]
     sums = triton_core.FLOAT_SUM_COLUMNS
     for p in range(len(pairs)):

@@ -85,10 +85,15 @@ def _kernels():
     return triton_kernels.partials_kernel, triton_kernels.abs_max_kernel
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
     tiles = -(-n // block)
     if device.type == "cuda":
-        want = torch.cuda.get_device_properties(device).multi_processor_count * per_sm
+        want = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * per_sm
     else:
         want = INTERPRET_PROGRAMS
     return max(1, min(tiles, max(want, -(-n // MAX_PROGRAM_ELEMS))))
@@ -100,7 +105,7 @@ def _launch_options(device: torch.device) -> dict:
 
 
 def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int]) -> torch.Tensor:
-    """[pairs, entries] of one flat chunk (all on one device), entries in `ACCUMULATORS` order."""
+    """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order."""
     kernel, _ = _kernels()
     device, n = raws[0].device, raws[0].numel()
     progs = _programs(n, device, BLOCK, PROGRAMS_PER_SM)
@@ -120,9 +125,16 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
                      len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
                      ints[2] < EXACT_LOG_BELOW, STAGES,
                      num_warps=NUM_WARPS, **_launch_options(device))
-    parts = _Parts(n, pairs, raws, cnt.sum(0, dtype=torch.int64).double(), tcnt.sum(0, dtype=torch.int64).double(),
-                   sums.sum(0), maxes.amax(0), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double(),
-                   omax[:, :, :OCTAVES].amax(0))
+    # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
+    # hundred bytes: no launch per entry)
+    reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
+                         tcnt.sum(0, dtype=torch.int64).double().flatten(), sums.sum(0).flatten(),
+                         maxes.amax(0).flatten(), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double().flatten(),
+                         omax[:, :, :OCTAVES].amax(0).flatten()]).cpu()
+    c, t, s, m, h, o = reduced.split([npairs * len(COUNTS), 3 * len(TENSOR_COUNTS), npairs * len(SUMS),
+                                      npairs * len(MAXES), npairs * OCTAVES, npairs * OCTAVES])
+    parts = _Parts(n, pairs, raws, c.view(npairs, -1), t.view(3, -1), s.view(npairs, -1), m.view(npairs, -1),
+                   h.view(npairs, -1), o.view(npairs, -1))
     return torch.stack([torch.cat([ENTRIES[name](parts, p).reshape(-1) for name in ACCUMULATORS])
                         for p in range(npairs)])
 
@@ -152,7 +164,7 @@ def _named(get, name):
 
 
 def _full(value_of):
-    return lambda parts, p: torch.full((), float(value_of(parts, p)), dtype=torch.float64, device=parts.cnt.device)
+    return lambda parts, p: torch.full((), float(value_of(parts, p)), dtype=torch.float64)
 
 
 # accumulator -> its value for pair p from the reduced kernel outputs (every ACCUMULATORS name: a KeyError
@@ -170,7 +182,7 @@ ENTRIES = {
     "rel_lt_5e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_5e-3"),
     "bits_equal": lambda parts, p: (parts.count(p, "bits_equal")
                                     if parts.raws[parts.pairs[p][0]].dtype == parts.raws[parts.pairs[p][1]].dtype
-                                    else torch.full((), -1.0, dtype=torch.float64, device=parts.cnt.device)),
+                                    else torch.full((), -1.0, dtype=torch.float64)),
     "octave_n": lambda parts, p: parts.hist[p],
     "octave_max_abs": lambda parts, p: parts.omax[p],
 }
@@ -203,8 +215,9 @@ def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
     k = min(raws[0].numel(), CHECK_ELEMS)
     prefix = [r[:k] for r in raws]
     got = _raw_partials(prefix, pairs, fconsts, ints)
-    want = fused.chunk_partials(prefix, pairs, torch.float64, fparams.to(raws[0].device), iparams.to(raws[0].device))
-    sums = FLOAT_SUM_COLUMNS.to(got.device)
+    want = fused.chunk_partials(prefix, pairs, torch.float64, fparams.to(raws[0].device),
+                                iparams.to(raws[0].device)).cpu()
+    sums = FLOAT_SUM_COLUMNS
     exact = (got == want) | (got.isnan() & want.isnan())
     close = torch.isclose(got, want, rtol=SUM_RTOL, atol=0.0, equal_nan=True)
     return bool(torch.where(sums, close, exact).all())
@@ -212,7 +225,8 @@ def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
          acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
-    """`fused.walk` through the kernel: [pairs, entries], or None where the eager core must answer (unsupported
+    """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer per
+    chunk), or None where the eager core must answer (unsupported
     dtypes, no Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
     DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk, as the eager core's)."""
     if not tensors[0].numel() or not supports(tensors, acc) or min(fparams.tolist()) < 0:
@@ -246,7 +260,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
         return None
     if sums is None:
         return None
-    return torch.where(SUM_COLUMNS.to(sums.device), sums, maxes)
+    return torch.where(SUM_COLUMNS, sums, maxes)
 
 
 def _abs_max(xs: list[torch.Tensor]) -> float:
