@@ -191,3 +191,10 @@ def test_a_large_tensor_on_cuda_matches_the_per_pair_core():
     want = old.multi_pair_metrics(pairs, **KW)
     for key in pairs:
         _same(want[key].values, got[key].values, key)
+
+
+def test_no_program_runs_more_tiles_than_its_16_bit_counts_hold():
+    for n in (1, 10**6, 2**31 + 5, 2**34):
+        tiles = -(-n // triton_core.BLOCK)
+        progs = triton_core._programs(n, torch.device("cpu"), triton_core.BLOCK, 1)
+        assert -(-tiles // progs) <= triton_core.MAX_TILES_PER_PROGRAM < 2 ** 16, n

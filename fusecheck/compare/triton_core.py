@@ -64,7 +64,7 @@ BLOCK, NUM_WARPS, PROGRAMS_PER_SM, STAGES = _config()
 # the abs-max pre-pass: a plain streaming max, many elements per thread
 ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
-MAX_PROGRAM_ELEMS = 1 << 30  # int32 counts per program
+MAX_TILES_PER_PROGRAM = (1 << 16) - 1  # a lane's counts are 16-bit fields
 CHECK_ELEMS = (1 << 16) + 3  # the self-check's prefix: several tiles and a partial one
 
 
@@ -96,7 +96,7 @@ def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
         want = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * per_sm
     else:
         want = INTERPRET_PROGRAMS
-    return max(1, min(tiles, max(want, -(-n // MAX_PROGRAM_ELEMS))))
+    return max(1, min(tiles, max(want, -(-tiles // MAX_TILES_PER_PROGRAM))))
 
 
 def _launch_options(device: torch.device) -> dict:

@@ -48,6 +48,17 @@ def _pow2(n):
 
 
 @triton.jit
+def _two(low, high):
+    return low.to(tl.int32) | (high.to(tl.int32) << 16)
+
+
+@triton.jit
+def _store_two(ptr, packed):
+    tl.store(ptr, tl.sum(packed & 0xFFFF, axis=0))
+    tl.store(ptr + 1, tl.sum(packed >> 16, axis=0))
+
+
+@triton.jit
 def _max(m, x):
     """max for values that are never NaN (all maximised quantities are >= 0, zeros +0): a compare and a
     select, where tl.maximum's NaN-aware max.f64 costs about twice the instructions."""
@@ -114,12 +125,11 @@ def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_ato
     big = finite & big_b
     rel_big = tl.where(small, 0.0, rel)
     mnf = ca != cb
-    c = (c[0] + finite.to(tl.int32), c[1] + mnf.to(tl.int32), c[2] + (ulp > 1).to(tl.int32),
-         c[3] + small.to(tl.int32), c[4] + (small_b & (d > small_atol)).to(tl.int32),
-         c[5] + (rel >= c3).to(tl.int32), c[6] + (rel >= c5).to(tl.int32),
-         c[7] + ((d > tol) | mnf).to(tl.int32), c[8])
+    # counts two to a register (16 bits each: a lane counts at most one per tile, <= 65535 tiles per program)
+    c = (c[0] + _two(finite, mnf), c[1] + _two(ulp > 1, small), c[2] + _two(small_b & (d > small_atol), rel >= c3),
+         c[3] + _two(rel >= c5, (d > tol) | mnf), c[4])
     if SAME:  # else the host reports -1 (dtypes differ)
-        c = c[:8] + (c[8] + (valid & (_bits(xa) == _bits(xb))).to(tl.int32),)
+        c = c[:4] + (c[4] + (valid & (_bits(xa) == _bits(xb))).to(tl.int32),)
     # sums may round differently from torch's (an FMA, another order): "to fp64 rounding", as documented
     s = (tl.fma(d, d, s[0]), s[1] + rel_big, tl.fma(rel_big, rel_big, s[2]), tl.fma(af, bf, s[3]),
          tl.fma(af, af, s[4]), tl.fma(bf, bf, s[5]), s[6] + ulp)
@@ -131,8 +141,9 @@ def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_ato
 @triton.jit
 def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row,
                 NC: tl.constexpr, OB: tl.constexpr):
-    for k in tl.static_range(NC):
-        tl.store(cnt_ptr + row * NC + k, tl.sum(c[k], axis=0))
+    for k in tl.static_range(4):
+        _store_two(cnt_ptr + row * NC + 2 * k, c[k])
+    tl.store(cnt_ptr + row * NC + 8, tl.sum(c[4], axis=0))
     for k in tl.static_range(len(s)):
         tl.store(sum_ptr + row * len(s) + k, tl.sum(s[k], axis=0))
     for k in tl.static_range(len(m)):
@@ -146,7 +157,7 @@ def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_p
 def _zeros_pair(BLOCK: tl.constexpr, OB: tl.constexpr):
     zi = tl.zeros([BLOCK], tl.int32)
     zf = tl.zeros([BLOCK], tl.float64)
-    return ((zi, zi, zi, zi, zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf, zf), (zf, zf, zf, zf),
+    return ((zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf, zf), (zf, zf, zf, zf),
             tl.zeros([OB], tl.int32), tl.zeros([OB], tl.float64))
 
 
@@ -176,7 +187,7 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     c1, s1, m1, h1, o1 = _zeros_pair(BLOCK, OB)
     c2, s2, m2, h2, o2 = _zeros_pair(BLOCK, OB)
     zi = tl.zeros([BLOCK], tl.int32)
-    t0n, t0f, t1n, t1f, t2n, t2f = zi, zi, zi, zi, zi, zi  # per tensor: NaN/Inf count, NaN count
+    t0, t1, t2 = zi, zi, zi  # per tensor: NaN/Inf count | NaN count << 16
     for t in tl.range(0, tiles_per_prog, num_stages=STAGES):
         offs = (pid + t * nprog).to(tl.int64) * BLOCK + lanes
         valid = offs < n
@@ -184,15 +195,12 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
         v1 = tl.load(x1 + offs, mask=valid, other=0.0)
         u0, f0, k0 = _tensor_side(v0)
         u1, f1, k1 = _tensor_side(v1)
-        t0n += (k0 != 0).to(tl.int32)
-        t0f += (k0 == 1).to(tl.int32)
-        t1n += (k1 != 0).to(tl.int32)
-        t1f += (k1 == 1).to(tl.int32)
+        t0 += _two(k0 != 0, k0 == 1)
+        t1 += _two(k1 != 0, k1 == 1)
         if NT == 3:
             v2 = tl.load(x2 + offs, mask=valid, other=0.0)
             u2, f2, k2 = _tensor_side(v2)
-            t2n += (k2 != 0).to(tl.int32)
-            t2f += (k2 == 1).to(tl.int32)
+            t2 += _two(k2 != 0, k2 == 1)
         else:
             v2, u2, f2, k2 = v1, u1, f1, k1
         bs0 = _b_side(_pick(u0, u1, u2, B0), _pick(f0, f1, f2, B0), rtol, atol, thr, eps, mant, min_eb, obase,
@@ -252,12 +260,9 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     if NPAIRS > 2:
         _store_pair(c2, s2, m2, h2, o2, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row + 2, NC, OB)
     tb = pid * 6
-    tl.store(tcnt_ptr + tb + 0, tl.sum(t0n, axis=0))
-    tl.store(tcnt_ptr + tb + 1, tl.sum(t0f, axis=0))
-    tl.store(tcnt_ptr + tb + 2, tl.sum(t1n, axis=0))
-    tl.store(tcnt_ptr + tb + 3, tl.sum(t1f, axis=0))
-    tl.store(tcnt_ptr + tb + 4, tl.sum(t2n, axis=0))
-    tl.store(tcnt_ptr + tb + 5, tl.sum(t2f, axis=0))
+    _store_two(tcnt_ptr + tb, t0)
+    _store_two(tcnt_ptr + tb + 2, t1)
+    _store_two(tcnt_ptr + tb + 4, t2)
 
 
 @triton.jit
