@@ -183,6 +183,7 @@ def test_unsupported_dtypes_and_explicit_chunks_stay_on_the_eager_core():
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="the interpreter would take minutes: a CUDA machine runs the real kernel")
 def test_a_large_tensor_on_cuda_matches_the_per_pair_core():
     pairs = _three_pairs((1 << 22) + 3, seed=9)  # many programs, several tiles each, a tail

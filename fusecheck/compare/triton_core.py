@@ -19,6 +19,7 @@ variant, as compiled.py does) falls back to the eager core with one warning: nev
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -99,6 +100,11 @@ def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
     return max(1, min(tiles, max(want, -(-tiles // MAX_TILES_PER_PROGRAM))))
 
 
+def _on(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' (a rank's cuda:N)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _launch_options(device: torch.device) -> dict:
     # no FMA contraction: `atol + rtol * |b|` must round as torch's two ops do (mismatch counts bit-identical)
     return {} if device.type != "cuda" else {"enable_fp_fusion": False}
@@ -121,10 +127,11 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     spec = []
     for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
-    kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
-                     len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
-                     ints[2] < EXACT_LOG_BELOW, STAGES,
-                     num_warps=NUM_WARPS, **_launch_options(device))
+    with _on(device):
+        kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
+                         len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
+                         ints[2] < EXACT_LOG_BELOW, STAGES,
+                         num_warps=NUM_WARPS, **_launch_options(device))
     # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
     # hundred bytes: no launch per entry)
     reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
@@ -269,7 +276,8 @@ def _abs_max(xs: list[torch.Tensor]) -> float:
     block = ABS_MAX_BLOCK if device.type == "cuda" else BLOCK
     progs = _programs(n, device, block, ABS_MAX_PROGRAMS_PER_SM)
     out = torch.empty(progs, dtype=torch.float64, device=device)
-    kernel[(progs,)](xs[0], xs[-1], n, -(-(-(-n // block)) // progs), out, len(xs), block, num_warps=ABS_MAX_WARPS)
+    with _on(device):
+        kernel[(progs,)](xs[0], xs[-1], n, -(-(-(-n // block)) // progs), out, len(xs), block, num_warps=ABS_MAX_WARPS)
     return float(out.max())
 
 
