@@ -41,27 +41,29 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # fp64 constants travel in a tensor: Triton types a Python float argument (and most literals) as fp32
 CONSTS = (1e-3, 5e-3, EPS)
 
-# Launch shape (benchmarks/triton_core.py sweeps it; FUSECHECK_TRITON_CONFIG="BLOCK,WARPS,PROGRAMS_PER_SM,STAGES"
+# Launch shape (benchmarks/triton_core.py sweeps it; FUSECHECK_TRITON_CONFIG="BLOCK,WARPS,PROGRAMS_PER_SM"
 # overrides it): one element per thread and tile, so that every accumulator of three pairs fits one register
-# (two for fp64) per thread; STAGES > 1 lets Triton pipeline the loads of later tiles (cp.async)
+# (two for fp64) per thread (~230 registers on sm_90); one warp per program, so that the block-wide steps
+# (histogram, gather, the records flag) need no cross-warp barrier: 631 SASS instructions per element
+# against 680 with 4 warps (offline compile for sm_90, not yet timed), eight programs per SM
 CONFIG_ENV = "FUSECHECK_TRITON_CONFIG"
-DEFAULT_CONFIG = (128, 4, 2, 1)
+DEFAULT_CONFIG = (32, 1, 8)
 
 
-def _config() -> tuple[int, int, int, int]:
+def _config() -> tuple[int, int, int]:
     text = os.environ.get(CONFIG_ENV, "")
     try:
         values = tuple(int(v) for v in text.split(",")) if text else DEFAULT_CONFIG
-        if len(values) == 4 and min(values) > 0 and values[0] & (values[0] - 1) == 0:
+        if len(values) == 3 and min(values) > 0 and values[0] & (values[0] - 1) == 0:
             return values
     except ValueError:
         pass
-    warnings.warn(f"fusecheck: {CONFIG_ENV}={text!r} is not BLOCK,WARPS,PROGRAMS_PER_SM,STAGES (positive, BLOCK a "
+    warnings.warn(f"fusecheck: {CONFIG_ENV}={text!r} is not BLOCK,WARPS,PROGRAMS_PER_SM (positive, BLOCK a "
                   f"power of two); using {DEFAULT_CONFIG}")
     return DEFAULT_CONFIG
 
 
-BLOCK, NUM_WARPS, PROGRAMS_PER_SM, STAGES = _config()
+BLOCK, NUM_WARPS, PROGRAMS_PER_SM = _config()
 # the abs-max pre-pass: a plain streaming max, many elements per thread
 ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
@@ -130,7 +132,7 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     with _on(device):
         kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
                          len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
-                         ints[2] < EXACT_LOG_BELOW, STAGES,
+                         ints[2] < EXACT_LOG_BELOW,
                          num_warps=NUM_WARPS, **_launch_options(device))
     # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
     # hundred bytes: no launch per entry)
