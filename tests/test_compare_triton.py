@@ -12,12 +12,23 @@ import pytest
 import torch
 
 CUDA = torch.cuda.is_available()
-# The interpreter is chosen when jit functions are decorated, Triton's own (tl.zeros) included: it must be
-# set before triton is first imported in this process.
+# The interpreter is chosen when jit functions are decorated, Triton's own (tl.zeros) included: without CUDA
+# it is selected before triton is first imported in this process, while this module's kernels are decorated
+# and while each test runs (the environment is restored after: other tests never see it).
 TRITON_WAS_IMPORTED = "triton" in sys.modules
+_env = os.environ.get("TRITON_INTERPRET")
 if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-triton = pytest.importorskip("triton")
+    os.environ["TRITON_INTERPRET"] = "1"
+try:
+    triton = pytest.importorskip("triton")
+    INTERPRETER_OK = bool(triton.knobs.runtime.interpret) and not TRITON_WAS_IMPORTED
+    if INTERPRETER_OK or CUDA:
+        import fusecheck.compare.triton_kernels  # noqa: F401,E402  (decorated now, for the interpreter on CPU)
+finally:
+    if _env is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = _env
 
 from fusecheck.compare import fused, scale, triton_core  # noqa: E402
 from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
@@ -26,7 +37,6 @@ from tests.test_compare_equivalence import _same, _values  # noqa: E402
 
 DEVICE = torch.device("cuda" if CUDA else "cpu")
 NUMPY_OK = tuple(int(v) for v in __import__("numpy").__version__.split(".")[:2]) < (2, 4)
-INTERPRETER_OK = triton.knobs.runtime.interpret and not TRITON_WAS_IMPORTED
 pytestmark = [
     pytest.mark.skipif(not CUDA and not NUMPY_OK, reason="Triton 3.6's interpreter needs numpy < 2.4 (int() of a "
                        "1-element array in its range())"),
@@ -42,6 +52,7 @@ def kernel(monkeypatch):
     monkeypatch.setattr(triton_core, "_failed", set())
     monkeypatch.setattr(triton_core, "_checked", set())
     if not CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
         monkeypatch.setattr(triton_core, "CHECK_ELEMS", 37)
         monkeypatch.setitem(fused.FAST_CORES, "cpu", triton_core.walk)
@@ -175,9 +186,15 @@ def test_a_failing_kernel_falls_back_with_one_warning(monkeypatch):
     _same(old.multi_pair_metrics(pairs, **KW)["vs_golden"].values, got["vs_golden"].values, "vs_golden")
 
 
-def test_unsupported_dtypes_and_explicit_chunks_stay_on_the_eager_core():
+def test_unsupported_inputs_and_explicit_chunks_stay_on_the_eager_core():
     ints = torch.arange(10, device=DEVICE)
     assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    x = torch.ones(10, device=DEVICE)
+    four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
+    assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    fp, ip = _params(torch.float32, 0.0, 0.0)
+    fp[1] = -1.0  # a negative atol
+    assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
     pairs = _three_pairs(20)
     multi_pair_metrics(pairs, **KW, chunk_elems=7)
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)

@@ -238,8 +238,9 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
     chunk), or None where the eager core must answer (unsupported
     dtypes, no Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
     DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk, as the eager core's)."""
-    if not tensors[0].numel() or not supports(tensors, acc) or min(fparams.tolist()) < 0:
-        return None  # negative tolerances: the kernel's "a difference beyond atol implies finite" needs >= 0
+    if (not tensors[0].numel() or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
+            or min(fparams.tolist()) < 0):
+        return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
     variant = (device.type, tuple(t.dtype for t in tensors), pairs)
     if variant in _failed:
         return None
