@@ -2,13 +2,14 @@
 
 Why: Inductor lowers `fused.chunk_partials` to one loop per pair plus aten scatters for the per-octave
 maxima (10 GB/s on the H200). Here one grid of programs reads result, eager and golden once, upcasts them in
-registers and keeps every accumulator of every pair as a per-lane register vector (no reduction, so no
-barrier, inside the loop); each program writes its partials and a small torch reduction over programs
+registers and keeps every accumulator of every pair as a per-lane register vector (the loop reduces one
+flag per tile, nothing else); each program writes its partials and a small torch reduction over programs
 finishes. Definitions are `fused._pair`'s, element by element, in the same fp64 arithmetic (correctly
 rounded division, no FMA contraction), so counts and maxima are bit-identical and sums differ by summation
 order only (tests/test_compare_triton.py).
 
-The per-octave statistics: counts are a `tl.histogram` per tile; the maxima keep a running 64-bin maximum
+The per-octave statistics: counts are a `tl.histogram` per tile (one for the two pairs judged against the
+same golden, corrected on the tiles where one of their A sides is NaN/Inf); the maxima keep a running 64-bin maximum
 per program, and an element updates it only when its error beats its octave's current maximum (a
 `tl.gather`). After the first tiles that is rare (a record in a stream of draws), so the per-octave loop
 runs on the few record-setting tiles only, over the octaves present among their records.
@@ -28,8 +29,8 @@ import torch
 
 from fusecheck.compare.metrics import ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, iter_aligned_chunks
 
-OCT_BINS = 64
-EXACT_LOG_BELOW = -1022  # an octave base below the normal range needs exact exponents of subnormals  # a power of two >= OCTAVES (tl.histogram, tl.gather)
+OCT_BINS = 64  # a power of two >= OCTAVES (tl.histogram, tl.gather)
+EXACT_LOG_BELOW = -1022  # an octave base below the normal range needs exact exponents of subnormals
 # per pair, in the kernel's output order
 COUNTS = ("n_finite", "nonfinite_mismatch", "ulp_gt1", "small_n", "small_err", "rel_ge_1e-3", "rel_ge_5e-3",
           "mismatches", "bits_equal")  # rel >= c implies a finite position: rel_lt_c = n_finite - rel_ge_c
@@ -93,13 +94,18 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
-    tiles = -(-n // block)
+    """Programs to launch: `per_sm` per SM, at most one per tile, enough for 16-bit per-lane counts."""
+    tiles = _cdiv(n, block)
     if device.type == "cuda":
         want = _sm_count(device.index if device.index is not None else torch.cuda.current_device()) * per_sm
     else:
         want = INTERPRET_PROGRAMS
-    return max(1, min(tiles, max(want, -(-tiles // MAX_TILES_PER_PROGRAM))))
+    return max(1, min(tiles, max(want, _cdiv(tiles, MAX_TILES_PER_PROGRAM))))
 
 
 def _on(device: torch.device):
@@ -117,7 +123,6 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     kernel, _ = _kernels()
     device, n = raws[0].device, raws[0].numel()
     progs = _programs(n, device, BLOCK, PROGRAMS_PER_SM)
-    tiles = -(-n // BLOCK)
     npairs = len(pairs)
     cnt = torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device)
     tcnt = torch.empty(progs, 3, len(TENSOR_COUNTS), dtype=torch.int32, device=device)
@@ -130,7 +135,7 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
     with _on(device):
-        kernel[(progs,)](*xs, n, fconsts, *ints, -(-tiles // progs), cnt, tcnt, sums, maxes, hist, omax,
+        kernel[(progs,)](*xs, n, fconsts, *ints, _cdiv(_cdiv(n, BLOCK), progs), cnt, tcnt, sums, maxes, hist, omax,
                          len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
                          ints[2] < EXACT_LOG_BELOW,
                          num_warps=NUM_WARPS, **_launch_options(device))
@@ -213,8 +218,8 @@ ENV = "FUSECHECK_TRITON_COMPARE"  # "0": off (the eager or Inductor core answers
 
 
 def supports(tensors: list[torch.Tensor], acc: torch.dtype) -> bool:
-    return (os.environ.get(ENV, "1") != "0" and acc == torch.float64 and all(t.dtype in DTYPES for t in tensors) and available()
-            and not torch.compiler.is_compiling())
+    return (os.environ.get(ENV, "1") != "0" and acc == torch.float64 and all(t.dtype in DTYPES for t in tensors)
+            and available() and not torch.compiler.is_compiling())
 
 
 def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
@@ -234,19 +239,19 @@ def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
          acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
-    """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer per
-    chunk), or None where the eager core must answer (unsupported
-    dtypes, no Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
-    DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk, as the eager core's)."""
+    """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer
+    per chunk), or None where the eager core must answer (unsupported dtypes, no Triton, a variant that
+    failed). On-device contiguous tensors go in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to
+    `device` (memory bounded by the chunk, as the eager core's)."""
     if (not tensors[0].numel() or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
-    variant = (device.type, tuple(t.dtype for t in tensors), pairs)
+    ints = tuple(int(v) for v in iparams.tolist())
+    variant = (device.type, tuple(t.dtype for t in tensors), pairs, ints[2] < EXACT_LOG_BELOW)  # one compile each
     if variant in _failed:
         return None
     whole = all(t.device == device and t.is_contiguous() for t in tensors)
     size = tensors[0].numel() if whole else DEFAULT_CHUNK_ELEMS
-    ints = tuple(int(v) for v in iparams.tolist())
     fconsts = _fconsts(fparams, device)
     from fusecheck.compare.fused import SUM_COLUMNS
     sums, maxes = None, None
@@ -280,7 +285,8 @@ def _abs_max(xs: list[torch.Tensor]) -> float:
     progs = _programs(n, device, block, ABS_MAX_PROGRAMS_PER_SM)
     out = torch.empty(progs, dtype=torch.float64, device=device)
     with _on(device):
-        kernel[(progs,)](xs[0], xs[-1], n, -(-(-(-n // block)) // progs), out, len(xs), block, num_warps=ABS_MAX_WARPS)
+        kernel[(progs,)](xs[0], xs[-1], n, _cdiv(_cdiv(n, block), progs), out, len(xs), block,
+                         num_warps=ABS_MAX_WARPS)
     return float(out.max())
 
 
