@@ -23,7 +23,12 @@ try:
     triton = pytest.importorskip("triton")
     INTERPRETER_OK = bool(triton.knobs.runtime.interpret) and not TRITON_WAS_IMPORTED
     if INTERPRETER_OK or CUDA:
-        import fusecheck.compare.triton_kernels  # noqa: F401,E402  (decorated now, for the interpreter on CPU)
+        from fusecheck.compare import triton_kernels  # noqa: E402  (decorated now, for the interpreter on CPU)
+
+        @triton.jit
+        def _packed_counts_probe(out, high: triton.language.constexpr):
+            lanes = triton.language.arange(0, 32)
+            triton_kernels._store_two(out, (lanes * 0 + high) << 16 | 3)
 finally:
     if _env is None:
         os.environ.pop("TRITON_INTERPRET", None)
@@ -216,3 +221,10 @@ def test_no_program_runs_more_tiles_than_its_16_bit_counts_hold():
         tiles = -(-n // triton_core.BLOCK)
         progs = triton_core._programs(n, torch.device("cpu"), triton_core.BLOCK, 1)
         assert -(-tiles // progs) <= triton_core.MAX_TILES_PER_PROGRAM < 2 ** 16, n
+
+
+def test_packed_counts_keep_their_high_field_past_the_sign_bit():
+    # planted case: 40000 counted in a lane's high field sets bit 31; an arithmetic shift alone reads it negative
+    out = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    _packed_counts_probe[(1,)](out, 40000)
+    assert out.tolist() == [3 * 32, 40000 * 32]

@@ -49,13 +49,16 @@ def _pow2(n):
 
 @triton.jit
 def _two(low, high):
+    """Two masks as one int32 increment: low in bits 0-15, high in bits 16-31."""
     return low.to(tl.int32) | (high.to(tl.int32) << 16)
 
 
 @triton.jit
 def _store_two(ptr, packed):
+    """The two 16-bit fields of per-lane packed counts, each summed over the lanes (the high field is
+    masked after the shift: from 32768 up it sets the sign bit, and int32 >> is arithmetic)."""
     tl.store(ptr, tl.sum(packed & 0xFFFF, axis=0))
-    tl.store(ptr + 1, tl.sum(packed >> 16, axis=0))
+    tl.store(ptr + 1, tl.sum((packed >> 16) & 0xFFFF, axis=0))
 
 
 @triton.jit
