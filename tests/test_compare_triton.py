@@ -171,6 +171,27 @@ def test_a_wrong_kernel_is_caught_and_the_eager_core_answers(monkeypatch):
         _same(want[key].values, got[key].values, key)
 
 
+def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_real_error(monkeypatch):
+    # sum(N*B) of terms of both signs cancels to ~0: a rounding-sized difference passes, a real one does not
+    g = torch.tensor([1.0, -1.0, 1e-3, -1e-3] * 10, dtype=torch.float64, device=DEVICE)
+    tensors, pairs = [g.abs(), g], ((0, 1),)  # products +1, -1, +1e-6, -1e-6: the dot is exactly 0
+    fp, ip = _params(torch.float64, 2.0 ** -20, 1e-5)
+    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+    real = triton_core._raw_partials
+    dot = triton_core._column("dot")
+
+    def shifted(by):
+        def partials(*a):
+            out = real(*a)
+            out[:, dot] += by
+            return out
+        return partials
+    monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-14))  # rounding-sized next to |N||B| ~ 6
+    assert triton_core._self_check(*args)
+    monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-3))  # planted: a lost term
+    assert not triton_core._self_check(*args)
+
+
 def test_a_wrong_abs_max_kernel_is_caught(monkeypatch):
     monkeypatch.setattr(triton_core, "_abs_max", lambda xs: 0.5)  # planted bug: a constant
     x = torch.tensor([3.0, -4.0, math.inf], device=DEVICE)
