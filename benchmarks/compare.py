@@ -1,12 +1,14 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled] [--out results.md]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,triton]
+                                 [--out results.md]
 
 What each contender computes:
 - fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked. Modes:
-  `eager` (FUSECHECK_COMPILED_COMPARE=0), `compiled` (=1: the Inductor kernel; its one-time compile is
-  reported apart), `auto` (the default: compiled on CUDA, eager on CPU).
+  `eager` (FUSECHECK_COMPILED_COMPARE=0, FUSECHECK_TRITON_COMPARE=0), `compiled` (the Inductor kernel; its
+  one-time compile is reported apart), `triton` (the hand-written Triton kernel, CUDA only; its first call
+  compiles and self-checks), `auto` (the defaults: Triton on CUDA, eager on CPU).
 - read once: one reduction over each of the three tensors, the least any comparison must do; the
   effective bandwidth is the three tensors' bytes over fusecheck.compare's time.
 - assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
@@ -27,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
 from fusecheck.compare import compare
-from fusecheck.compare.compiled import ENV
+from fusecheck.compare import compiled, triton_core
 
 
 def naive_metrics(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
@@ -86,21 +88,23 @@ def read_once(res, ref, gold) -> None:
         t.sum(dtype=torch.float32 if t.dtype != torch.float64 else torch.float64)
 
 
-MODES = {"auto": None, "eager": "0", "compiled": "1"}
+# mode -> (FUSECHECK_COMPILED_COMPARE, FUSECHECK_TRITON_COMPARE); None: unset (the default)
+MODES = {"auto": (None, None), "eager": ("0", "0"), "compiled": ("1", "0"), "triton": ("0", "1")}
 
 
 def set_mode(mode: str) -> None:
-    if MODES[mode] is None:
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = MODES[mode]
+    for env, value in zip((compiled.ENV, triton_core.ENV), MODES[mode]):
+        if value is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = value
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", default="1e6,1.6e7")
-    ap.add_argument("--modes", default="auto", help="comma-separated: auto, eager, compiled")
+    ap.add_argument("--modes", default="auto", help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (on a shared machine, 1 "
                     "avoids OpenMP spin-waits that make 2-thread timings swing 10-30x)")
@@ -127,10 +131,12 @@ def main() -> None:
         for mode in modes:
             set_mode(mode)
             first = timeit(lambda: compare(res, ref, g), args.device, 0, warmup=False)
+            label = f"{mode} (FELL BACK: {len(triton_core._failed)} variant(s))" if (
+                mode in ("auto", "triton") and triton_core._failed) else mode
             ours = timeit(lambda: compare(res, ref, g), args.device, args.repeat)
             m_ours = peak_extra_bytes(lambda: compare(res, ref, g), args.device)
             mem = "-" if m_ours is None else f"{m_ours / 2**20:.0f} MiB / {m_naive / 2**20:.0f} MiB"
-            rows.append(f"| {size:,} | {mode} | {ours * 1e3:.1f} ms | {first * 1e3:.0f} ms | "
+            rows.append(f"| {size:,} | {label} | {ours * 1e3:.1f} ms | {first * 1e3:.0f} ms | "
                         f"{nbytes / ours / 1e9:.3g} GB/s | {once * 1e3:.1f} ms | {ac * 1e3:.1f} ms | "
                         f"{naive * 1e3:.1f} ms | {ours / once:.2f}x | {ours / ac:.2f}x | {ours / naive:.2f}x | {mem} |")
             print(rows[-1], flush=True)

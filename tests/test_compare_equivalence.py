@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from fusecheck.compare import compare, compiled
+from fusecheck.compare import compare, compiled, triton_core
 from fusecheck.compare.metrics import multi_pair_metrics
 from fusecheck.compare.scale import finite_abs_max
 from fusecheck.compare.verdict import judge
@@ -178,6 +178,7 @@ def test_a_failing_compile_falls_back_to_eager(stub_compiled, monkeypatch):
 @pytest.mark.parametrize("device", ["cuda" if torch.cuda.is_available() else "cpu"])
 def test_the_real_compiled_kernel_matches_the_per_pair_core(device, monkeypatch):
     monkeypatch.setenv(compiled.ENV, "1")
+    monkeypatch.setenv(triton_core.ENV, "0")  # on CUDA the Triton core would answer first
     n = compiled.chunk_elems(torch.device(device)) + 4097  # one full chunk and a padded tail
     gen = torch.Generator().manual_seed(5)
     g, ref, res = _values(n, torch.bfloat16, gen)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusecheck.compare import compiled
+from fusecheck.compare import compiled, triton_core
 from fusecheck.compare.fused import eager_chunk_elems
 from fusecheck.compare.metrics import iter_aligned_chunks
 from fusecheck.policy import Policy, Tolerance
@@ -23,10 +23,19 @@ def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
 
 
+# device type -> one-launch finite |x| max of same-shape tensors, or None where it cannot answer
+FAST_ABS_MAX = {"cuda": triton_core.finite_abs_max}
+
+
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
     """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
-    (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
+    (a device's FAST_ABS_MAX first; compiled with the comparison core where that is enabled; 0.0 when there
+    is none)."""
     device = tensors[0].device
+    fast_max = FAST_ABS_MAX.get(device.type) if chunk_elems is None else None
+    got = fast_max(tensors) if fast_max else None
+    if got is not None:
+        return got
     fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
             and not torch.compiler.is_compiling())
     size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))

@@ -1,0 +1,251 @@
+"""The Triton comparison core (fusecheck/compare/triton_core.py) against the eager core it replaces on CUDA:
+every accumulator of every pair (counts and maxima bit-identical, sums to fp64 rounding) on random tensors
+with NaN/Inf/±0/subnormals/ties, mixed dtypes and tails; its dispatch from fused.walk and scale, and its
+fallbacks. On a CUDA machine the real kernel runs; elsewhere Triton's interpreter runs it on CPU tensors
+(slow per tile: tiles are small here). Skipped without Triton (CI)."""
+import math
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+# The interpreter is chosen when jit functions are decorated, Triton's own (tl.zeros) included: without CUDA
+# it is selected before triton is first imported in this process, while this module's kernels are decorated
+# and while each test runs (the environment is restored after: other tests never see it).
+TRITON_WAS_IMPORTED = "triton" in sys.modules
+_env = os.environ.get("TRITON_INTERPRET")
+if not CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"
+try:
+    triton = pytest.importorskip("triton")
+    INTERPRETER_OK = bool(triton.knobs.runtime.interpret) and not TRITON_WAS_IMPORTED
+    if INTERPRETER_OK or CUDA:
+        from fusecheck.compare import triton_kernels  # noqa: E402  (decorated now, for the interpreter on CPU)
+
+        @triton.jit
+        def _packed_counts_probe(out, high: triton.language.constexpr):
+            lanes = triton.language.arange(0, 32)
+            triton_kernels._store_two(out, (lanes * 0 + high) << 16 | 3)
+finally:
+    if _env is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = _env
+
+from fusecheck.compare import fused, scale, triton_core  # noqa: E402
+from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
+from tests import compare_reference as old  # noqa: E402
+from tests.test_compare_equivalence import _same, _values  # noqa: E402
+
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+NUMPY_OK = tuple(int(v) for v in __import__("numpy").__version__.split(".")[:2]) < (2, 4)
+pytestmark = [
+    pytest.mark.skipif(not CUDA and not NUMPY_OK, reason="Triton 3.6's interpreter needs numpy < 2.4 (int() of a "
+                       "1-element array in its range())"),
+    pytest.mark.skipif(not CUDA and not INTERPRETER_OK, reason="no CUDA, and triton was imported before this file "
+                       "could select its interpreter: run this file alone"),
+]
+PAIRS = ((0, 1), (0, 2), (1, 2))  # (result, eager), (result, golden), (eager, golden)
+
+
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """Small tiles and prefixes (the interpreter pays per tile), fresh fallback state, the interpreter on CPU."""
+    monkeypatch.setattr(triton_core, "_failed", set())
+    monkeypatch.setattr(triton_core, "_checked", set())
+    if not CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
+        monkeypatch.setattr(triton_core, "BLOCK", 32)
+        monkeypatch.setattr(triton_core, "CHECK_ELEMS", 37)
+        monkeypatch.setitem(fused.FAST_CORES, "cpu", triton_core.walk)
+        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", triton_core.finite_abs_max)
+
+
+def _params(ulp_dtype, thr, atol):
+    mant, min_eb = ulp_format(ulp_dtype)
+    return fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=1.6e-2, atol=atol, small_threshold=thr,
+                        small_atol=atol, octave_base=octave_base(thr))
+
+
+def _check_partials(tensors, pairs, ulp_dtype, thr=2.0 ** -20, atol=1e-5, where=""):
+    tensors = [t.to(DEVICE) for t in tensors]
+    fp, ip = _params(ulp_dtype, thr, atol)
+    got = triton_core._raw_partials(tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()))
+    want = fused.chunk_partials(tensors, pairs, torch.float64, fp.to(DEVICE), ip.to(DEVICE)).cpu()
+    names = [f"{k}.{i}" if a.size > 1 else k for k, a in ACCUMULATORS.items() for i in range(a.size)]
+    sums = triton_core.FLOAT_SUM_COLUMNS
+    for p in range(len(pairs)):
+        for j, name in enumerate(names):
+            g, w = got[p, j].item(), want[p, j].item()
+            if sums[j] and not (math.isnan(g) or math.isinf(g)):
+                assert g == pytest.approx(w, rel=1e-11, abs=0.0), (where, pairs[p], name, g, w)
+            else:
+                assert g == w or (math.isnan(g) and math.isnan(w)), (where, pairs[p], name, g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_every_accumulator_matches_the_eager_core(dtype):
+    gen = torch.Generator().manual_seed(12)
+    block = triton_core.BLOCK
+    for n in (1, block - 1, 3 * block + 5):  # one element, a partial tile, several programs and a tail
+        g, ref, res = _values(n, dtype, gen)
+        for thr, atol in ((2.0 ** -20, 1e-5), (0.0, 0.0)):
+            _check_partials([res, ref, g], PAIRS, dtype, thr, atol, f"{dtype} n={n} thr={thr}")
+
+
+def test_mixed_dtypes_two_tensors_and_one_pair():
+    gen = torch.Generator().manual_seed(4)
+    g, ref, res = _values(70, torch.float32, gen)
+    _check_partials([res, ref.half(), g], PAIRS, torch.float32, where="fp32 vs fp16 vs fp64")
+    _check_partials([res.bfloat16(), ref], ((0, 1),), torch.bfloat16, where="bf16 vs fp32, one pair")
+    _check_partials([res, ref], ((0, 1), (1, 0)), torch.float32, where="two tensors, both orders")
+
+
+def test_ties_signed_zeros_subnormals_and_overflowing_differences():
+    g = torch.tensor([0.0, -0.0, 5e-324, -5e-324, 2.0 ** -1022, 1e-300, 1.0, -1.0, 3.0, 3.0, 1e308, -1e308,
+                      2.0 ** -20, 2.0 ** -21, math.nan, math.inf, -math.inf, 7.0], dtype=torch.float64)
+    ref = g.clone()
+    ref[[0, 2, 6, 8, 10]] = torch.tensor([-0.0, 0.0, 1.0 + 2 ** -52, 3.5, -1e308], dtype=torch.float64)
+    res = ref.clone()
+    res[[1, 7, 9, 14]] = torch.tensor([5e-324, -1.5, 3.5, 1.0], dtype=torch.float64)  # 3.0 -> 3.5 twice: a tie
+    for thr, atol in ((2.0 ** -20, 1e-5), (0.0, 0.0)):
+        _check_partials([res, ref, g], PAIRS, torch.float64, thr, atol, f"edges thr={thr}")
+    _check_partials([res.float(), ref.float(), g], PAIRS, torch.float32, where="fp32 edges (subnormals, overflow)")
+
+
+@pytest.mark.parametrize("order", ["rising", "falling"])
+def test_octave_records_rising_along_the_tensor_and_falling(order):
+    # rising: every tile sets new per-octave records (the slow path every time); falling: only the first
+    n = 4 * triton_core.BLOCK + 3
+    g = torch.exp2(torch.arange(n, dtype=torch.float64) % 9 - 4)  # nine octaves, interleaved
+    scale_ = torch.linspace(1e-6, 1e-2, n, dtype=torch.float64)
+    err = scale_ if order == "rising" else scale_.flip(0)
+    _check_partials([(g * (1 + err)).float(), g.float(), g], PAIRS, torch.float32, where=order)
+
+
+def _three_pairs(n, dtype=torch.bfloat16, seed=3):
+    g, ref, res = _values(n, dtype, torch.Generator().manual_seed(seed))
+    g, ref, res = g.to(DEVICE), ref.to(DEVICE), res.to(DEVICE)
+    return {"vs_reference": (res, ref), "vs_golden": (res, g), "reference_vs_golden": (ref, g)}
+
+
+KW = dict(ulp_dtype=torch.bfloat16, rtol=1.6e-2, atol=1e-5, small_threshold=2.0 ** -20)
+
+
+def test_walk_dispatches_to_the_kernel_and_matches_the_per_pair_core():
+    pairs = _three_pairs(3 * triton_core.BLOCK + 1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = multi_pair_metrics(pairs, **KW)
+        got_max = scale.finite_abs_max([pairs["reference_vs_golden"][0], pairs["vs_golden"][1]])
+    assert not [w for w in seen if "fusecheck:" in str(w.message)]  # quiet on correct code: no fallback
+    assert len(triton_core._checked) == 2  # the comparison kernel and the abs-max kernel both ran
+    want = old.multi_pair_metrics(pairs, **KW)
+    for key in pairs:
+        _same(want[key].values, got[key].values, key)
+    assert got_max == max(old.finite_abs_max(t) for t in pairs["reference_vs_golden"])
+
+
+def test_non_contiguous_tensors_go_in_chunks(monkeypatch):
+    monkeypatch.setattr(triton_core, "DEFAULT_CHUNK_ELEMS", 40)
+    g = torch.randn(9, 11, dtype=torch.float64, generator=torch.Generator().manual_seed(8)).to(DEVICE).t()
+    pairs = {"vs_golden": ((g * 1.001).bfloat16(), g)}
+    got = multi_pair_metrics(pairs, **KW)
+    assert triton_core._checked
+    _same(old.multi_pair_metrics(pairs, **KW)["vs_golden"].values, got["vs_golden"].values, "transposed")
+
+
+def test_a_wrong_kernel_is_caught_and_the_eager_core_answers(monkeypatch):
+    # planted bug: the kernel's partials undercount by one (a lost element)
+    real = triton_core._raw_partials
+    monkeypatch.setattr(triton_core, "_raw_partials", lambda *a: real(*a) - 1.0)
+    pairs = _three_pairs(50)
+    with pytest.warns(UserWarning, match="disagreed with the eager core"):
+        got = multi_pair_metrics(pairs, **KW)
+    assert triton_core._failed and not triton_core._checked
+    want = old.multi_pair_metrics(pairs, **KW)
+    for key in pairs:
+        _same(want[key].values, got[key].values, key)
+
+
+def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_real_error(monkeypatch):
+    # sum(N*B) of terms of both signs cancels to ~0: a rounding-sized difference passes, a real one does not
+    g = torch.tensor([1.0, -1.0, 1e-3, -1e-3] * 10, dtype=torch.float64, device=DEVICE)
+    tensors, pairs = [g.abs(), g], ((0, 1),)  # products +1, -1, +1e-6, -1e-6: the dot is exactly 0
+    fp, ip = _params(torch.float64, 2.0 ** -20, 1e-5)
+    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+    real = triton_core._raw_partials
+    dot = triton_core._column("dot")
+
+    def shifted(by):
+        def partials(*a):
+            out = real(*a)
+            out[:, dot] += by
+            return out
+        return partials
+    monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-14))  # rounding-sized next to |N||B| ~ 6
+    assert triton_core._self_check(*args)
+    monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-3))  # planted: a lost term
+    assert not triton_core._self_check(*args)
+
+
+def test_a_wrong_abs_max_kernel_is_caught(monkeypatch):
+    monkeypatch.setattr(triton_core, "_abs_max", lambda xs: 0.5)  # planted bug: a constant
+    x = torch.tensor([3.0, -4.0, math.inf], device=DEVICE)
+    with pytest.warns(UserWarning, match="abs-max kernel disagreed"):
+        assert scale.finite_abs_max([x]) == 4.0
+
+
+def test_a_failing_kernel_falls_back_with_one_warning(monkeypatch):
+    def broken(*a):
+        raise RuntimeError("no GPU for this kernel")
+    monkeypatch.setattr(triton_core, "_raw_partials", broken)
+    pairs = _three_pairs(20)
+    with pytest.warns(UserWarning, match="unavailable"):
+        got = multi_pair_metrics(pairs, **KW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second call stays quiet: the variant is remembered
+        multi_pair_metrics(pairs, **KW)
+    _same(old.multi_pair_metrics(pairs, **KW)["vs_golden"].values, got["vs_golden"].values, "vs_golden")
+
+
+def test_unsupported_inputs_and_explicit_chunks_stay_on_the_eager_core():
+    ints = torch.arange(10, device=DEVICE)
+    assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    x = torch.ones(10, device=DEVICE)
+    four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
+    assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    fp, ip = _params(torch.float32, 0.0, 0.0)
+    fp[1] = -1.0  # a negative atol
+    assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
+    pairs = _three_pairs(20)
+    multi_pair_metrics(pairs, **KW, chunk_elems=7)
+    assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="the interpreter would take minutes: a CUDA machine runs the real kernel")
+def test_a_large_tensor_on_cuda_matches_the_per_pair_core():
+    pairs = _three_pairs((1 << 22) + 3, seed=9)  # many programs, several tiles each, a tail
+    got = multi_pair_metrics(pairs, **KW)
+    assert triton_core._checked and not triton_core._failed
+    want = old.multi_pair_metrics(pairs, **KW)
+    for key in pairs:
+        _same(want[key].values, got[key].values, key)
+
+
+def test_no_program_runs_more_tiles_than_its_16_bit_counts_hold():
+    for n in (1, 10**6, 2**31 + 5, 2**34):
+        tiles = -(-n // triton_core.BLOCK)
+        progs = triton_core._programs(n, torch.device("cpu"), triton_core.BLOCK, 1)
+        assert -(-tiles // progs) <= triton_core.MAX_TILES_PER_PROGRAM < 2 ** 16, n
+
+
+def test_packed_counts_keep_their_high_field_past_the_sign_bit():
+    # planted case: 40000 counted in a lane's high field sets bit 31; an arithmetic shift alone reads it negative
+    out = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    _packed_counts_probe[(1,)](out, 40000)
+    assert out.tolist() == [3 * 32, 40000 * 32]
