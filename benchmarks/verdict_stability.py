@@ -147,7 +147,11 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="run the grid in this many processes, one (model, dtype, "
                                                         "mode) or (plant, model) group each; needs --jsonl")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
+    p.add_argument("--table", metavar="JSONL", nargs="+", help="print the markdown tables of these results and exit")
     a = p.parse_args(argv)
+    if a.table:
+        print(tables([json.loads(line) for f in a.table for line in Path(f).read_text().splitlines() if line.strip()]))
+        return 0
     if a.jobs > 1:
         if not a.jsonl:
             print("error: --jobs needs --jsonl", file=sys.stderr)
@@ -252,6 +256,37 @@ def run_parallel(a, argv: list[str]) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def tables(rows: list[dict]) -> str:
+    """Markdown: per (model, dtype, mode) the runs, FAILs (with seeds), torch-rule FAILs, runs whose golden
+    followed a near-tied decision, and each check's largest ratio to its limit; per plant and strength the
+    detection rates."""
+    from tabulate import tabulate
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["part"] == "stability":
+            groups.setdefault((r["model"], r["dtype"], "train" if r["train"] else "fwd"), []).append(r)
+    st = []
+    for (model, dtype, mode), rs in sorted(groups.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1:])):
+        fails = sorted(r["seed"] for r in rs if r["status"] != "PASS")
+        st.append([model, dtype, mode, len(rs), f"{len(fails)}" + (f" (seeds {','.join(map(str, fails))})" if fails else ""),
+                   sum(bool(r["rmse_only_fails"]) for r in rs),
+                   sum(any("near-tied" in n for n in r.get("decisions", [])) for r in rs),
+                   *[round(max(r["margins"].get(c, 0.0) for r in rs), 2) for c in CHECKS]])
+    out = tabulate(st, headers=["model", "dtype", "mode", "runs", "FAIL", "torch rule FAIL", "decisions followed",
+                                *[f"max {c}" for c in CHECKS]], tablefmt="github")
+    power: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["part"] == "power":
+            power.setdefault((r["plant"], r["strength"]), []).append(r)
+    if power:
+        pw = [[k, s, len(rs), sum(r["status"] != "PASS" for r in rs), sum(bool(r["rmse_only_fails"]) for r in rs),
+               round(min(r["max_rmse_ratio"] for r in rs), 2), round(max(r["max_rmse_ratio"] for r in rs), 2)]
+              for (k, s), rs in sorted(power.items())]
+        out += "\n\n" + tabulate(pw, headers=["plant", "strength", "runs", "verdict caught", "torch rule caught",
+                                               "min rmse ratio", "max rmse ratio"], tablefmt="github")
+    return out
 
 
 def summary(results: dict) -> dict:
