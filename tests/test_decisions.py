@@ -79,3 +79,66 @@ def test_tap_adds_decision_indices_and_strips_them():
     assert seen["added"] == 1
     assert torch.equal(out, x.topk(2, -1).values * 2)
     assert len(seen["log"]) == 1 and torch.equal(seen["log"][0], x.topk(2, -1).indices)
+
+
+# ---- gradient routing: relu masks and max-pool argmaxes -------------------------------------------------
+
+from tests.planted.masks import PoolNet, ReluNet, pool_inputs, relu_inputs  # noqa: E402
+
+
+def _train_check(model, inputs, policy=None):
+    return run_check(Case(model, (inputs,), "masks"), backend="aot_eager", train=True, policy=policy)
+
+
+@pytest.mark.parametrize("plant,status", [("none", "PASS"), ("nudge", "PASS"), ("cut", "FAIL")])
+def test_relu_mask_ties_are_followed_and_a_wrong_mask_fails(plant, status):
+    torch.manual_seed(2)
+    model, x = ReluNet(plant), relu_inputs()
+    report = _train_check(model, x)
+    assert report.status == status, [r.verdict.message for r in report.rows if not r.passed]
+    assert any("near-tied" in n for n in _decision_notes(report)) == (plant == "nudge")
+
+
+def test_relu_tie_flip_fails_when_following_is_off():
+    torch.manual_seed(2)
+    report = _train_check(ReluNet("nudge"), relu_inputs(), policy=Policy(ratios=Ratios(decision_tie=0.0)))
+    assert report.status == "FAIL"
+
+
+@pytest.mark.parametrize("plant", ["none", "nudge"])
+def test_max_pool_tie_routed_differently_is_followed(plant):
+    torch.manual_seed(3)
+    report = _train_check(PoolNet(plant), pool_inputs())
+    assert report.status == "PASS", [r.verdict.message for r in report.rows if not r.passed]
+    assert any("near-tied" in n for n in _decision_notes(report)) == (plant == "nudge")
+    off = _train_check(PoolNet(plant), pool_inputs(), policy=Policy(ratios=Ratios(decision_tie=0.0)))
+    assert off.status == ("FAIL" if plant == "nudge" else "PASS")
+
+
+def test_pooling_refuses_an_index_outside_its_window_or_far_from_the_max():
+    """The golden takes a run's argmax only inside the window and within the limit of the window's max."""
+    from fusecheck.decisions.ops import ATEN_OPS
+    pool = ATEN_OPS[torch.ops.aten.max_pool2d_with_indices.default]
+    x = torch.tensor([[[[1.0, 1.0, 5.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]], dtype=torch.float64)
+    out = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    bound = {"kernel_size": [2, 2], "stride": [2, 2], "padding": [0, 0], "dilation": [1, 1]}
+    mine = out[1]                                   # windows' argmax: [0, 2]
+    tied = torch.tensor([[[[1, 2]]]])               # 1: the other 1.0 of window 0 (a tie)
+    t = pool.follow(bound, x, out, mine, tied, limit=1e-9)
+    assert t.taken == 1 and t.out[1].tolist() == [[[[1, 2]]]]
+    far = torch.tensor([[[[0, 3]]]])                # 3: inside window 1 but 5 away from its max
+    assert pool.follow(bound, x, out, mine, far, limit=1e-9).refused == 1
+    outside = torch.tensor([[[[2, 2]]]])            # 2 lies in window 1, not in window 0 (a limit of 10 would tie it)
+    t = pool.follow(bound, x, out, mine, outside, limit=10.0)
+    assert t.refused == 1 and t.taken == 0
+
+
+def test_masking_takes_the_run_s_mask_only_near_zero():
+    from fusecheck.decisions.ops import ATEN_OPS
+    relu = ATEN_OPS[torch.ops.aten.relu.default]
+    x = torch.tensor([0.0, -1e-9, 0.3, -0.4], dtype=torch.float64)
+    out = torch.relu(x)
+    theirs = torch.tensor([True, True, False, True])  # ties at 0 and -1e-9; 0.3 and -0.4 are not ties
+    t = relu.follow({}, x, out, out > 0, theirs, limit=1e-6)
+    assert (t.taken, t.refused) == (2, 2)
+    assert (t.out > 0).tolist() == [True, True, True, False]

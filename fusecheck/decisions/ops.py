@@ -1,15 +1,25 @@
-"""The decision ops, as a registry: which output holds the chosen indices, along which dim.
+"""The decision ops, as a registry of small entries: what a run chose, and how the golden takes that choice.
 
-Two levels see them: the dynamo graph of compiled (torch functions and methods, `DYNAMO_NAMES`) and the
-dispatch of eager and the golden (aten overloads, `ATEN_OPS`). Each torch-level call is one aten call, so
-both sequences line up call by call (checked by the shape of the indices).
+Three kinds of decision, each an `Decision` subclass:
+- `Selecting` (topk, sort, argmax/argmin, max/min over a dim): indices along a dim; a row's choice is tied
+  when the golden's values at the two choices differ by at most the limit;
+- `Masking` (relu): which elements pass; tied where the golden's input is within the limit of 0, the
+  boundary (the choice routes the gradient: `threshold_backward` reads relu's output);
+- `Pooling` (max_pool2d_with_indices): the argmax of each window; tied when the golden's values at the two
+  positions differ by at most the limit and the run's position lies in the window (the backward scatters the
+  gradient to it).
+Two levels see them: the dynamo graph of compiled (torch functions and methods, `DYNAMO_TAPS`, tapped in
+decisions/tap.py) and the dispatch of eager and the golden (aten overloads, `ATEN_OPS`). Each torch-level call
+is one aten call, so both sequences line up call by call (checked by shape).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 
 aten = torch.ops.aten
 
@@ -27,8 +37,42 @@ def bound_args(func, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Taken:
+    """What following one decision call did: its output, and per row whether the run's choice was taken."""
+
+    out: Any
+    taken: int = 0
+    refused: int = 0
+    largest_gap: float = 0.0             # over the taken rows
+    smallest_refused: float = float("inf")  # gap / limit over the refused rows
+
+
+def _tally(out, differs: torch.Tensor, gap: torch.Tensor, limit: float) -> tuple[Taken, torch.Tensor]:
+    """Rows where the choices differ, split by the gap (inf where the run's choice is invalid)."""
+    take = differs & (gap <= limit)
+    refused = differs & ~take
+    t = Taken(out, int(take.sum()), int(refused.sum()))
+    if t.taken:
+        t.largest_gap = float(gap[take].max())
+    if t.refused:
+        t.smallest_refused = float(gap[refused].min()) / max(limit, 1e-300)
+    return t, take
+
+
+class Decision:
+    sides = 2  # how many values a run's error moves to change this choice (see follow.py)
+
+    def choice(self, bound: dict, out) -> torch.Tensor:
+        raise NotImplementedError
+
+    def follow(self, bound: dict, x: torch.Tensor, out, mine: torch.Tensor, theirs: torch.Tensor,
+               limit: float) -> Taken:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class DecisionOp:
+class Selecting(Decision):
     """`indices_at`/`values_at`: position of the indices/values in the op's output tuple (None: the output
     itself is the indices; no values). `keeps_dim`: whether the indices keep the decided dim."""
 
@@ -36,11 +80,90 @@ class DecisionOp:
     values_at: int | None
     keeps_dim: Callable[[dict], bool]
 
-    def dim(self, bound: dict) -> int | None:
-        return bound.get("dim")
-
-    def indices(self, out) -> torch.Tensor:
+    def choice(self, bound, out):
         return out if self.indices_at is None else out[self.indices_at]
+
+    def _view(self, x, idx, bound):
+        dim = bound.get("dim")
+        if dim is None:  # argmax/argmin over the flattened tensor
+            return x.reshape(-1), idx.reshape(1), 0
+        dim = dim % max(x.dim(), 1)
+        return x, (idx if self.keeps_dim(bound) else idx.unsqueeze(dim)), dim
+
+    def follow(self, bound, x, out, mine, theirs, limit):
+        xv, gi, dim = self._view(x, mine, bound)
+        _, ri, _ = self._view(x, theirs, bound)
+        valid = (ri >= 0) & (ri < xv.shape[dim])
+        gap = (xv.gather(dim, gi) - xv.gather(dim, torch.where(valid, ri, gi))).abs().double()
+        gap = torch.where(valid & ~torch.isnan(gap), gap, torch.inf).amax(dim, keepdim=True)
+        t, take = _tally(out, (gi != ri).any(dim, keepdim=True), gap, limit)
+        chosen = torch.where(take, ri, gi)
+        if self.indices_at is None:
+            t.out = chosen.reshape(mine.shape)
+            return t
+        res = list(out)
+        res[self.indices_at] = chosen.reshape(mine.shape)
+        if self.values_at is not None:
+            res[self.values_at] = xv.gather(dim, chosen).reshape(out[self.values_at].shape)
+        t.out = tuple(res)
+        return t
+
+
+@dataclass(frozen=True)
+class Masking(Decision):
+    """relu: element i passes when x_i > 0."""
+
+    sides = 1
+
+    def choice(self, bound, out):
+        return out > 0
+
+    def follow(self, bound, x, out, mine, theirs, limit):
+        gap = torch.where(torch.isnan(x), torch.inf, x.abs()).double()
+        t, take = _tally(out, mine != theirs, gap, limit)
+        tiny = torch.finfo(x.dtype).tiny
+        passed = x.abs().clamp_min(tiny)  # > 0, so that threshold_backward lets the gradient through
+        t.out = torch.where(take & theirs, passed, torch.where(take & ~theirs, torch.zeros_like(x), out))
+        return t
+
+
+def _pair(v, default):
+    v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+    return (v, v) if isinstance(v, int) else (tuple(v) * 2 if len(v) == 1 else tuple(v))
+
+
+@dataclass(frozen=True)
+class Pooling(Decision):
+    """max_pool2d_with_indices: per window, the flat position (over H x W) of its maximum."""
+
+    def choice(self, bound, out):
+        return out[1]
+
+    def _in_window(self, bound, idx: torch.Tensor, width: int) -> torch.Tensor:
+        k = _pair(bound.get("kernel_size"), 1)
+        s = _pair(bound.get("stride"), k)
+        p = _pair(bound.get("padding"), 0)
+        d = _pair(bound.get("dilation"), 1)
+        oh = torch.arange(idx.shape[-2], device=idx.device)[:, None]
+        ow = torch.arange(idx.shape[-1], device=idx.device)[None, :]
+        ok = torch.ones_like(idx, dtype=torch.bool)
+        for pos, o, ki, si, pi, di in ((idx // width, oh, k[0], s[0], p[0], d[0]),
+                                       (idx % width, ow, k[1], s[1], p[1], d[1])):
+            off = pos + pi - o * si
+            ok &= (off >= 0) & (off % di == 0) & (off // di < ki)
+        return ok
+
+    def follow(self, bound, x, out, mine, theirs, limit):
+        values, _ = out
+        flat = x.flatten(-2)
+        gi, ri = mine.flatten(-2), theirs.flatten(-2)
+        valid = (ri >= 0) & (ri < flat.shape[-1]) & self._in_window(bound, theirs, x.shape[-1]).flatten(-2)
+        gap = (flat.gather(-1, gi) - flat.gather(-1, torch.where(valid, ri, gi))).abs().double()
+        gap = torch.where(valid & ~torch.isnan(gap), gap, torch.inf)
+        t, take = _tally(out, gi != ri, gap, limit)
+        chosen = torch.where(take, ri, gi)
+        t.out = (flat.gather(-1, chosen).view(values.shape), chosen.view(mine.shape))
+        return t
 
 
 def _always(bound: dict) -> bool:
@@ -51,11 +174,11 @@ def _keepdim(bound: dict) -> bool:
     return bool(bound.get("keepdim", False))
 
 
-_SELECTING = DecisionOp(1, 0, _always)       # topk, sort: k (or all) indices along dim
-_REDUCING = DecisionOp(1, 0, _keepdim)       # max.dim, min.dim: one index along dim
-_ARG = DecisionOp(None, None, _keepdim)      # argmax, argmin (dim None: over the flattened tensor)
+_SELECTING = Selecting(1, 0, _always)       # topk, sort: k (or all) indices along dim
+_REDUCING = Selecting(1, 0, _keepdim)       # max.dim, min.dim: one index along dim
+_ARG = Selecting(None, None, _keepdim)      # argmax, argmin (dim None: over the flattened tensor)
 
-ATEN_OPS: dict[Any, DecisionOp] = {
+ATEN_OPS: dict[Any, Decision] = {
     aten.topk.default: _SELECTING,
     aten.sort.default: _SELECTING,
     aten.sort.stable: _SELECTING,
@@ -63,8 +186,42 @@ ATEN_OPS: dict[Any, DecisionOp] = {
     aten.min.dim: _REDUCING,
     aten.argmax.default: _ARG,
     aten.argmin.default: _ARG,
+    aten.relu.default: Masking(),
+    aten.relu_.default: Masking(),
+    aten.max_pool2d_with_indices.default: Pooling(),
 }
 
-# dynamo graph: function or method name -> where its indices are (None: the result itself)
-DYNAMO_NAMES: dict[str, int | None] = {"topk": 1, "sort": 1, "max": 1, "min": 1, "argsort": None,
-                                       "argmax": None, "argmin": None}
+
+# ---- the dynamo side: a function per name that adds the node(s) holding the run's choice --------------
+
+def _getitem(at: int):
+    def tap(graph: torch.fx.Graph, node: torch.fx.Node, ex) -> torch.fx.Node | None:
+        ok = isinstance(ex, tuple) and len(ex) > at and isinstance(ex[at], torch.Tensor) and ex[at].dtype == torch.int64
+        return graph.call_function(operator.getitem, (node, at)) if ok else None
+    return tap
+
+
+def _itself(graph, node, ex):
+    return node if isinstance(ex, torch.Tensor) and ex.dtype == torch.int64 else None
+
+
+def _passes(graph, node, ex):
+    return graph.call_function(torch.gt, (node, 0)) if isinstance(ex, torch.Tensor) else None
+
+
+def _pool_indices(graph, node, ex):
+    if node.kwargs.get("return_indices"):
+        return graph.call_function(operator.getitem, (node, 1))
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "return_indices"}
+    pooled = graph.call_function(F.max_pool2d_with_indices, node.args, kwargs)
+    with graph.inserting_after(pooled):
+        return graph.call_function(operator.getitem, (pooled, 1))
+
+
+# function or method name -> adds the node holding the choice (None: not a decision after all)
+DYNAMO_TAPS: dict[str, Callable[[torch.fx.Graph, torch.fx.Node, Any], torch.fx.Node | None]] = {
+    "topk": _getitem(1), "sort": _getitem(1), "max": _getitem(1), "min": _getitem(1),
+    "argsort": _itself, "argmax": _itself, "argmin": _itself,
+    "relu": _passes, "relu_": _passes,
+    "max_pool2d": _pool_indices, "max_pool2d_with_indices": _getitem(1),
+}

@@ -1,17 +1,17 @@
-"""Compiled's choices, read from its own graph: the indices of each decision become extra graph outputs.
+"""Compiled's choices, read from its own graph: each decision's choice becomes an extra graph output.
 
 Why: a compiled graph's intermediates are invisible, and the choice compiled made at a near-tie is exactly
-what the golden must follow. Exposing the indices (already materialised: every consumer of a routing
-decision reads them) is the smallest change to what is compiled; the caller sees the graph's own outputs.
+what the golden must follow. Routing indices are already materialised (every consumer reads them); a relu's
+mask is `output > 0` and a max-pool's argmax the same pooling with indices, computed from the same buffer
+(their backward reads the same). The caller sees the graph's own outputs only.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable
 
 import torch
 
-from fusecheck.decisions.ops import DYNAMO_NAMES
+from fusecheck.decisions.ops import DYNAMO_TAPS
 
 
 def _name(node: torch.fx.Node) -> str | None:
@@ -22,34 +22,20 @@ def _name(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _index_value(node: torch.fx.Node) -> tuple[int | None, bool]:
-    """(position of the indices in the node's result, whether the node is a decision)."""
-    name = _name(node)
-    if name not in DYNAMO_NAMES:
-        return None, False
-    ex = node.meta.get("example_value")
-    at = DYNAMO_NAMES[name]
-    if at is None:
-        return None, isinstance(ex, torch.Tensor) and ex.dtype == torch.int64
-    ok = isinstance(ex, tuple) and len(ex) > at and isinstance(ex[at], torch.Tensor) and ex[at].dtype == torch.int64
-    return at, ok
-
-
 def tap_graph(gm: torch.fx.GraphModule) -> int:
-    """Append the indices of every decision node to the graph's outputs; returns how many were added."""
+    """Append the choice of every decision node to the graph's outputs; returns how many were added."""
     out_node = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if out_node is None or not isinstance(out_node.args[0], (tuple, list)):
         return 0
     taps = []
     for node in list(gm.graph.nodes):
-        at, ok = _index_value(node)
-        if not ok:
+        tap = DYNAMO_TAPS.get(_name(node))
+        if tap is None:
             continue
-        if at is None:
-            taps.append(node)
-        else:
-            with gm.graph.inserting_after(node):
-                taps.append(gm.graph.call_function(operator.getitem, (node, at)))
+        with gm.graph.inserting_after(node):
+            added = tap(gm.graph, node, node.meta.get("example_value"))
+        if added is not None:
+            taps.append(added)
     if not taps:
         return 0
     outs = out_node.args[0]
