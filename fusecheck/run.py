@@ -272,11 +272,19 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
             for _, block in (plan.blocks if regional else ()):
                 block._compiled_call_impl = None  # the golden and the block replays run the eager blocks
     torch._dynamo.reset()
-    choices = Recorder()
+    choices, decision_notes = Recorder(), []
     if compiled_choices:  # the compiled graphs decide (topk routing...): eager's choices, from one more run
         # (not recorded in the first run: a dispatch mode there would change how eager runs torch.cond)
-        with measured("eager"), choices:
-            run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state, digests_only=True)
+        try:
+            with measured("eager"), choices:
+                run_once(prepared.model, prepared, train=train, cotangents=cotangents, state=state,
+                         digests_only=True)
+        except OutOfMemory:
+            raise
+        except Exception as exc:  # e.g. an op that refuses Python dispatch modes: judge without following
+            choices.calls.clear()
+            decision_notes.append(f"decisions: eager's choices could not be recorded ({type(exc).__name__}: "
+                                  f"{str(exc)[:120]}); the golden keeps its own")
 
     # In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any.
     mutated = tuple(sorted(set(eager.mutated) | set(compiled.mutated)))
@@ -288,7 +296,7 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
 
     mode = "streamed" if plan is not None and golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
-    notes: list[str] = []
+    notes: list[str] = decision_notes
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     if plan is not None and golden != "whole" and mode == "whole":

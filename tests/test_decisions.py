@@ -142,3 +142,16 @@ def test_masking_takes_the_run_s_mask_only_near_zero():
     t = relu.follow({}, x, out, out > 0, theirs, limit=1e-6)
     assert (t.taken, t.refused) == (2, 2)
     assert (t.out > 0).tolist() == [True, True, True, False]
+
+
+def test_eager_choices_that_cannot_be_recorded_are_said_not_hidden(monkeypatch):
+    """An eager run that fails under the recording dispatch mode (some ops refuse Python modes): the check
+    goes on without following, says so in one note, and still gives its verdict."""
+    from fusecheck.decisions import follow
+
+    def refuse(self, func, types, args=(), kwargs=None):
+        raise RuntimeError("this op refuses Python dispatch modes")
+    monkeypatch.setattr(follow.Recorder, "__torch_dispatch__", refuse)
+    report = _check(_model("none"))
+    assert report.status == "PASS"
+    assert any("could not be recorded" in n for n in _decision_notes(report))
