@@ -178,7 +178,7 @@ def main() -> int:
     ap.add_argument("--torch-modes", default="allclose,bitwise")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
-    rows, totals = [], {}
+    rows, per = [], {}   # per[tool] = {case: result}, cases the tool can run
     for c in cases:
         with contextlib.ExitStack() as stack:
             for p in c.plants:
@@ -190,19 +190,21 @@ def main() -> int:
             results["torch CompilerBisector (allclose), re-run per culprit"] = run_torch_per_culprit(c, "allclose")
         for tool, r in results.items():
             rows.append([c.name, tool, r["compiles"], f"{r['seconds']:.1f}", r["score"], r["named"][:160]])
-            tot = totals.setdefault(tool, [0, 0.0, 0, 0])
-            tot[0] += r["compiles"]
-            tot[1] += r["seconds"]
-            tot[2] += r["score"].startswith("correct")
-            tot[3] += 1
+            if r["score"] != "n/a":   # a case the tool cannot run is not counted in its totals
+                per.setdefault(tool, {})[c.name] = r
             print(f"{c.name:<28} {tool:<36} compiles {r['compiles']:>3}  {r['seconds']:6.1f} s  {r['score']}",
                   flush=True)
     table = tabulate(rows, headers=["case", "tool", "compiles", "wall s", "verdict", "names"], tablefmt="github")
-    fc = totals.get("fusecheck")
-    same = lambda t: fc and t[3] == fc[3]  # noqa: E731  (ratios only over the same cases)
-    summary = [[tool, t[0], f"{t[1]:.1f}", f"{t[2]}/{t[3]}",
-                f"{t[0] / fc[0]:.2f}" if same(t) and fc[0] else "-", f"{t[1] / fc[1]:.2f}" if same(t) and fc[1] else "-"]
-               for tool, t in totals.items()]
+    fc = per.get("fusecheck", {})
+    summary = []
+    for tool, res in per.items():
+        comp, secs = sum(r["compiles"] for r in res.values()), sum(r["seconds"] for r in res.values())
+        ok = sum(r["score"].startswith("correct") for r in res.values())
+        # ratios against fusecheck on the same cases only
+        fcomp = sum(fc[n]["compiles"] for n in res if n in fc)
+        fsecs = sum(fc[n]["seconds"] for n in res if n in fc)
+        summary.append([tool, comp, f"{secs:.1f}", f"{ok}/{len(res)}", f"{comp / fcomp:.2f}" if fcomp else "-",
+                        f"{secs / fsecs:.2f}" if fsecs else "-"])
     summary_table = tabulate(summary, headers=["tool", "compiles (total)", "wall s (total)", "correct",
                                                "compiles / fusecheck", "time / fusecheck"], tablefmt="github")
     text = (f"torch {torch.__version__}, CPU, {os.cpu_count()} cores\n\n{table}\n\n{summary_table}\n")

@@ -147,8 +147,8 @@ class Search:
     def split(self, current: Trial) -> tuple[list[str], list[str], list[tuple[str, Trial]], Trial | None] | None:
         """Where the error enters, from one probe: lowering switched off runs the graph that decompositions
         and graph passes produced op by op through aten kernels, as eager would. If that is still worse than
-        eager, a graph rewrite introduces the error (GRAPH_LEVEL families; no code generation decision can,
-        and none is probed); if it passes, Inductor's code generation does (CODEGEN families, lowering
+        eager, a graph rewrite introduces the error (GRAPH_LEVEL families; code generation families are
+        probed only if none of those fixes it); if it passes, Inductor's code generation does (CODEGEN families, lowering
         itself among the passing ones). Returns (families to probe, families to probe only if none of those
         passes, passing switch-offs, a partial one); None when lowering cannot be switched off here."""
         if not current.decisions.get("lowering") or "lowering" in self.inert:
@@ -167,7 +167,9 @@ class Search:
         self.say("coarse", "the graph run op by op fails: a graph rewrite introduces the error; code generation "
                  "(" + ", ".join(f for f in CODEGEN) + ") not probed"
                  + ("" if "decomposition" in graph else "; decompositions alone passed without Inductor"))
-        return graph, ["decomposition"] if cleared else [], [], (t if t.severity < current.severity else None)
+        # if no graph rewrite fixes it after all, the rest are probed rather than giving up
+        rest = (["decomposition"] if cleared else []) + CODEGEN
+        return graph, rest, [], (t if t.severity < current.severity else None)
 
     def coarse(self, current: Trial) -> list[tuple[str, Trial]]:
         """Families switched off, one probe each, among those the split (above) leaves, in pipeline order;
@@ -187,7 +189,7 @@ class Search:
         todo = [f for f in fams if current.decisions.get(f) and f not in self.inert and f not in dict(passing)]
         last = [f for f in last if current.decisions.get(f)]
         while todo or (last and not passing):
-            fam = todo.pop(0) if todo else last.pop()
+            fam = (todo or last).pop(0)
             found = passing[known:]
             if found and self.max_compiles - self.compiles - 1 < self.fine_cost(found[0][0], current):
                 skipped.append(fam)
