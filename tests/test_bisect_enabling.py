@@ -49,3 +49,28 @@ def test_every_family_gated_still_names_the_pass(device):
     result = _bisect(device, None, 13)
     _pass_named_decomposition_enables(result)
     assert result.compiles <= 12, result.log
+
+
+def test_removal_evidence_ignores_renames_and_counts_prevented_decisions():
+    """A switch-off 'removes' a decision only if it prevented it: two nodes fused under other merged names
+    are still fused; an inlining of a node the switch-off took out of the graph was not refused; a node
+    still lowered but no longer inlined, or two sides no longer joined, were."""
+    from types import SimpleNamespace
+
+    from fusecheck.bisect.evidence import removed
+    from fusecheck.bisect.gates import Decision
+
+    def trial(**fams):
+        return SimpleNamespace(decisions={k: [Decision(k, i, key, key, allowed=ok) for i, (key, ok) in enumerate(v)]
+                                          for k, v in fams.items()})
+
+    failing = trial(fusion=[("g0:exp,sub|sum_1", True)], inlining=[("g0:exp", True), ("g0:cvt", True)],
+                    lowering=[("g0:exp", True), ("g0:cvt", True), ("g0:sum_1", True)])
+    renamed = trial(fusion=[("g0:mean,sub|exp", True), ("g0:exp,mean,sub|sum_1,div", True)],
+                    inlining=[("g0:exp", True)], lowering=[("g0:exp", True), ("g0:sum_1", True)])
+    assert removed(failing, renamed, "fusion") == set()        # exp and sum_1 still fused, under merged names
+    assert removed(failing, renamed, "inlining") == set()      # cvt is gone from the graph: not refused
+    apart = trial(fusion=[("g0:mean|exp,sub", True)], inlining=[("g0:exp", False)],
+                  lowering=[("g0:exp", True), ("g0:cvt", True), ("g0:sum_1", True)])
+    assert removed(failing, apart, "fusion") == {"g0:exp,sub|sum_1"}
+    assert removed(failing, apart, "inlining") == {"g0:exp", "g0:cvt"}
