@@ -167,7 +167,7 @@ def run_torch_per_culprit(c: BenchCase, mode: str) -> dict:
         if not hit:
             break
         remaining.pop(hit[0])
-    return {"compiles": calls, "seconds": seconds, "named": " | then | ".join(texts),
+    return {"compiles": calls, "seconds": seconds, "named": " / then: ".join(t[:75] for t in texts),
             "score": _score(pairs, c.planted)}
 
 
