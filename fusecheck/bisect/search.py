@@ -148,8 +148,8 @@ class Search:
         """Where the error enters, from one probe: lowering switched off runs the graph that decompositions
         and graph passes produced op by op through aten kernels, as eager would. If that is still worse than
         eager, a graph rewrite introduces the error (GRAPH_LEVEL families; code generation families are
-        probed only if none of those fixes it); if it passes, Inductor's code generation does (CODEGEN families, lowering
-        itself among the passing ones). Returns (families to probe, families to probe only if none of those
+        probed only if none of those fixes it); if it passes, Inductor's code generation does (CODEGEN
+        families, lowering itself among the passing ones). Returns (families to probe, families to probe only if none of those
         passes, passing switch-offs, a partial one); None when lowering cannot be switched off here."""
         if not current.decisions.get("lowering") or "lowering" in self.inert:
             return None
@@ -200,7 +200,8 @@ class Search:
             elif not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
                 best = (fam, t)
             found = passing[known:]
-            if split and found and todo and not any(evidence.removed(current, off, f) for f in todo for _, off in found):
+            if split and found and todo and not any(evidence.removed(current, off, f)
+                                                    for f in todo for _, off in found):
                 self.say("coarse", f"not probed ({', '.join(todo)}): {found[0][0]} switched off passes and "
                          "leaves their decisions as they were (it enables none of them)")
                 break
