@@ -162,8 +162,8 @@ def run_torch_per_culprit(c: BenchCase, mode: str) -> dict:
         calls, seconds = calls + r["compiles"], seconds + r["seconds"]
         texts.append(r["named"])
         pairs += r["pairs"]
-        hit = [i for i, (_, p) in enumerate(remaining) if not _score(r["pairs"], [p]).startswith("0/1 exact")
-               or "near" in _score(r["pairs"], [p])]
+        scores = [_score(r["pairs"], [p]) for _, p in remaining]
+        hit = [i for i, sc in enumerate(scores) if sc.startswith("correct") or "near" in sc]
         if not hit:
             break
         remaining.pop(hit[0])
