@@ -200,15 +200,16 @@ def test_custom_pre_pass_named_per_graph_and_noop_decomps_not_decisions():
 
 
 def test_budget_counts_attribution_and_keeps_a_lone_culprit(monkeypatch):
-    """--max-compiles 2: baseline + fusion (one decision) off passes. That decision is the culprit (its
-    switch-off is its confirmation), and per-kernel attribution gets no uncounted compile."""
+    """--max-compiles 4: baseline, lowering off (passes: code generation is at fault), inlining off (fails),
+    fusion (one decision) off passes. That decision is the culprit (its switch-off is its confirmation),
+    and per-kernel attribution gets no uncounted compile."""
     from torch._inductor.graph import GraphLowering
     lowered = []
     init = GraphLowering.__init__
     monkeypatch.setattr(GraphLowering, "__init__", lambda self, *a, **k: (lowered.append(1), init(self, *a, **k))[1])
     with fusion.planted():
-        result = bisect(_case(targets.center, "center"), TrialOptions(), max_compiles=2)
-    assert result.status == "culprits" and result.compiles == 2 and len(lowered) <= 2, result.log
+        result = bisect(_case(targets.center, "center"), TrialOptions(), max_compiles=4)
+    assert result.status == "culprits" and result.compiles == 4 and len(lowered) <= 4, result.log
     assert result.culprits[0].decision.kind == "fusion" and not result.culprits[0].partial
 
 
@@ -242,3 +243,31 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
     assert [c.decision.name for c in result.culprits] == ["pass p"]
     # switching decompositions off removes the pass's rewrite: reported as what enables it, not an alternative
     assert any("decomposition" in e and "makes no rewrite" in e for e in result.culprits[0].enabled_by)
+
+
+def test_split_graph_side_falls_back_to_code_generation(monkeypatch):
+    """Scripted probes: with lowering off the target still fails (so the split points at graph rewrites), but
+    no graph rewrite family fixes it and an inlining does: the code generation families are probed after
+    all and the inlining is named, rather than the search giving up."""
+    from types import SimpleNamespace
+
+    from fusecheck.bisect import search
+    from fusecheck.bisect.gates import DecisionLog
+
+    class FakeTrial(SimpleNamespace):
+        def summary(self):
+            return {"passed": self.passed, "severity": self.severity, "rows": {"out": self.severity}}
+
+    def fake_run_trial(case, opts, plans, capture=False, backend="inductor"):
+        log = DecisionLog(plans)
+        ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
+              (("pass", "p"), ("lowering", "l"), ("inlining", "i"))}
+        bad = not ok["l"] or ok["i"]   # lowering off fails for a reason no gate controls; inlining off fixes it
+        report = SimpleNamespace(passed=not bad, exit_code=1 if bad else 0, compiled_repeatable=True, census=None)
+        return FakeTrial(passed=not bad, severity=10.0 if bad else 0.5, error=None, report=report,
+                         decisions=dict(log.decisions), unavailable={}, captured=None)
+
+    monkeypatch.setattr(search, "run_trial", fake_run_trial)
+    result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
+    assert [c.decision.name for c in result.culprits] == ["inlining i"], result.log
+    assert any("a graph rewrite introduces" in line for line in result.log)

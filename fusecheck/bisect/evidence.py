@@ -3,7 +3,9 @@ the error and which only enables or exposes it, decided from what the probes obs
 
 Evidence used (all from decision logs the gates already keep, no extra compile):
 * **removal**: switching family A off removes decisions of family B that acted in the failing compile (a
-  pass that rewrote nodes rewrites none, a fusion is never asked). Then A enables B: B's decision cannot
+  pass that rewrote nodes rewrites none, two nodes once fused stay apart, a node still lowered is no longer
+  inlined; a decision about nodes A's switch-off took out of the graph is not removed, only renamed). Then
+  A enables B: B's decision cannot
   introduce anything without A, and B is searched first.
 * **footprint** (smallest intervention): how many acting decisions a switch-off changes against the failing
   compile: its own, plus those of every other family that appear or disappear. Among families that no
@@ -21,8 +23,32 @@ def acting(trial: Any, fam: str) -> set[str]:
 
 
 def removed(failing: Any, off: Any, fam: str) -> set[str]:
-    """Decisions of `fam` that acted in the failing compile but not in the switch-off probe `off`."""
-    return acting(failing, fam) - acting(off, fam)
+    """Decisions of `fam` that acted in the failing compile and that the switch-off probe `off` prevented:
+    not just renamed by a changed graph (see `still_made`)."""
+    return {d.key for d in failing.decisions.get(fam, []) if d.acted and not still_made(d, off)}
+
+
+def still_made(d: Decision, off: Any) -> bool:
+    """Is the failing compile's decision `d` still made in the probe `off`? A fusion is, if some fusion
+    there joins a node of its one side with a node of its other (the sides are named by FX origins, which
+    change as nodes merge differently); an inlining or lowering of a node `off` never lowers is about a
+    node that switch-off removed from the graph (it changed the graph, it did not refuse the decision);
+    anything else by its key."""
+    from fusecheck.bisect.gates.fusion import parse_key
+
+    pair = parse_key(d.key) if d.kind == "fusion" else None
+    if pair is not None:
+        g, left, right = pair
+        for e in off.decisions.get("fusion", []):
+            other = parse_key(e.key) if e.acted else None
+            if other and other[0] == g and ((left & other[1] and right & other[2]) or
+                                            (left & other[2] and right & other[1])):
+                return True
+        return False
+    lowered = {e.key.split("#")[0] for e in off.decisions.get("lowering", [])}
+    if d.kind in ("inlining", "lowering") and lowered and d.key.split("#")[0] not in lowered:
+        return True
+    return d.key in acting(off, d.kind)
 
 
 def footprint(failing: Any, off: Any, fam: str) -> int:

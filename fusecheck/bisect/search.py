@@ -14,9 +14,13 @@ from fusecheck.bisect import evidence
 from fusecheck.bisect.gates import GATES, Decision, Plan
 from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
 
-# Coarse stage order: the finest-grained families first, so the first family that fixes the verdict
-# names individual decisions rather than a whole pass or setting.
+# Coarse stage order where the split (lowering off) cannot be made: the finest-grained families first, so
+# the first family that fixes the verdict names individual decisions rather than a whole pass or setting.
 FAMILY_ORDER = ["fusion", "inlining", "pattern", "decomposition", "lowering", "pass", "config"]
+# The split (Search.split): families that rewrite the FX graph, whose error shows when the graph runs op by
+# op, and families that decide how Inductor generates code for it (lowering itself is the split probe).
+GRAPH_LEVEL = ["pattern", "pass", "decomposition"]
+CODEGEN = ["inlining", "fusion", "config"]
 
 
 class _Passed:
@@ -66,6 +70,7 @@ class BisectResult:
     seconds: float = 0.0
     log: list[str] = field(default_factory=list)
     no_inductor: int = 0            # of `compiles`: probes that ran no Inductor compile
+    attribution: int = 0            # of `compiles`: per-kernel attribution after the search
 
     @property
     def exit_code(self) -> int:
@@ -77,7 +82,8 @@ class BisectResult:
                 "baseline": self.baseline, "final": self.final,
                 "culprits": [c.to_dict() for c in self.culprits], "unavailable": self.unavailable,
                 "kernels": [k.to_dict() if hasattr(k, "to_dict") else k for k in self.kernels],
-                "seconds": self.seconds, "log": self.log, "no_inductor": self.no_inductor}
+                "seconds": self.seconds, "log": self.log, "no_inductor": self.no_inductor,
+                "attribution": self.attribution}
 
 
 class Search:
@@ -92,7 +98,9 @@ class Search:
         self.lines: list[str] = []
         self.unavailable: dict[str, str] = {}
         self.cheap = 0                  # probes without an Inductor compile (aot_eager_decomp_partition)
+        self.attributed = 0             # compiles spent on per-kernel attribution
         self.inert: set[str] = set()    # families whose switch-off changed no number: not re-probed
+        self.cheap_clear: set[str] | None = None  # held-off decompositions with which they alone passed
 
     # -- probes ----------------------------------------------------------------------------------
     def say(self, stage: str, msg: str) -> None:
@@ -121,43 +129,91 @@ class Search:
     # -- stages ----------------------------------------------------------------------------------
     def fine_cost(self, fam: str, current: Trial) -> int:
         """Compiles the fine search and its confirmation need for `fam` (a lone decision needs none)."""
-        n = len(current.decisions[fam])
-        return 0 if n == 1 else math.ceil(math.log2(n)) + 1
+        if len(current.decisions[fam]) == 1:
+            return 0
+        return math.ceil(math.log2(max(1, len(acting(current.decisions[fam]))))) + 1
+
+    def switch_off(self, fam: str, current: Trial) -> Trial:
+        """One probe with `fam` switched off; a family whose switch-off moved no number is marked inert."""
+        t = self.probe(off=fam)
+        verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
+                                           else f"FAIL severity {t.severity:.3g}")
+        self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
+        rows = t.summary().get("rows")
+        if not t.error and rows and rows == current.summary().get("rows"):
+            self.inert.add(fam)   # not a bit of the error moved: this family cannot matter
+        return t
+
+    def split(self, current: Trial) -> tuple[list[str], list[str], list[tuple[str, Trial]], Trial | None] | None:
+        """Where the error enters, from one probe: lowering switched off runs the graph that decompositions
+        and graph passes produced op by op through aten kernels, as eager would. If that is still worse than
+        eager, a graph rewrite introduces the error (GRAPH_LEVEL families; code generation families are
+        probed only if none of those fixes it); if it passes, Inductor's code generation does (CODEGEN
+        families, lowering itself among the passing ones). Returns (families to probe, families to probe only if none of those
+        passes, passing switch-offs, a partial one); None when lowering cannot be switched off here."""
+        if not current.decisions.get("lowering") or "lowering" in self.inert:
+            return None
+        t = self.switch_off("lowering", current)
+        if t.error:
+            return None
+        if t.passed:
+            self.say("coarse", "the graph run op by op passes: code generation introduces the error; "
+                     "graph rewrites (" + ", ".join(GRAPH_LEVEL) + ") not probed")
+            return CODEGEN, [], [("lowering", t)], None
+        # decompositions that passed alone (step 2) can still introduce an error together with a graph
+        # pass: their switch-off is probed only when no other graph rewrite family fixes the verdict
+        cleared = self.cheap_clear == self.blocked["decomposition"]
+        graph = [f for f in GRAPH_LEVEL if f != "decomposition" or not cleared]
+        self.say("coarse", "the graph run op by op fails: a graph rewrite introduces the error; code generation "
+                 "(" + ", ".join(f for f in CODEGEN) + ") not probed"
+                 + ("" if "decomposition" in graph else "; decompositions alone passed without Inductor"))
+        # if no graph rewrite fixes it after all, the rest are probed rather than giving up
+        rest = (["decomposition"] if cleared else []) + CODEGEN
+        return graph, rest, [], (t if t.severity < current.severity else None)
 
     def coarse(self, current: Trial) -> list[tuple[str, Trial]]:
-        """Every family switched off, one probe each. Not just the first that passes: refusing a decision
-        of an early family can stop a pattern-conditional pass of a later one from firing, so all families
-        are probed while the budget still leaves room to search the first passing one. Returns the passing
-        families (FAMILY_ORDER), else the one that lowers the severity most, else nothing."""
-        passing: list[tuple[str, Trial]] = []
-        best: tuple[str, Trial] | None = None
+        """Families switched off, one probe each, among those the split (above) leaves, in pipeline order;
+        all of them (FAMILY_ORDER) where it cannot be made. After the split, the stage stops once a family
+        passes whose switch-off left the acting decisions of every family not yet probed as they were: it
+        enables none of them, and a downstream family cannot enable an upstream one. Otherwise every family
+        is probed while the budget still leaves room to search the first passing one. Returns the passing
+        families, else the one that lowers the severity most, else nothing."""
+        split = self.split(current)
+        fams, last, passing, partial = split or (FAMILY_ORDER, [], [], None)
+        known = len(passing)   # the split probe's own passing lowering switch-off: it enables all code generation
+        best: tuple[str, Trial] | None = ("lowering", partial) if partial else None
         skipped: list[str] = []
-        inert = [f for f in FAMILY_ORDER if f in self.inert and current.decisions.get(f)]
+        inert = [f for f in fams if f in self.inert and current.decisions.get(f)]
         if inert:
             self.say("coarse", f"not re-probed ({', '.join(inert)}): switching them off changed no number before")
-        for fam in [f for f in FAMILY_ORDER if current.decisions.get(f) and f not in self.inert]:
-            if passing and self.max_compiles - self.compiles - 1 < self.fine_cost(passing[0][0], current):
+        todo = [f for f in fams if current.decisions.get(f) and f not in self.inert and f not in dict(passing)]
+        last = [f for f in last if current.decisions.get(f)]
+        while todo or (last and not passing):
+            fam = (todo or last).pop(0)
+            found = passing[known:]
+            if found and self.max_compiles - self.compiles - 1 < self.fine_cost(found[0][0], current):
                 skipped.append(fam)
                 continue
-            t = self.probe(off=fam)
-            verdict = "PASS" if t.passed else (f"compile error: {t.error[:200]}" if t.error
-                                               else f"FAIL severity {t.severity:.3g}")
-            self.say("coarse", f"suspect={fam} ({len(current.decisions[fam])} decisions) off -> {verdict}")
-            rows = t.summary().get("rows")
-            if not t.error and rows and rows == current.summary().get("rows"):
-                self.inert.add(fam)   # not a bit of the error moved: this family cannot matter
+            t = self.switch_off(fam, current)
             if t.passed:
                 passing.append((fam, t))
             elif not t.error and t.severity < current.severity and (best is None or t.severity < best[1].severity):
                 best = (fam, t)
+            found = passing[known:]
+            if split and found and todo and not any(evidence.removed(current, off, f)
+                                                    for f in todo for _, off in found):
+                self.say("coarse", f"not probed ({', '.join(todo)}): {found[0][0]} switched off passes and "
+                         "leaves their decisions as they were (it enables none of them)")
+                break
         if skipped:
-            self.say("coarse", f"not probed ({', '.join(skipped)}): budget kept for searching {passing[0][0]}")
+            self.say("coarse", f"not probed ({', '.join(skipped)}): budget kept for searching {passing[known][0]}")
         return passing or ([best] if best else [])
 
     def fine(self, fam: str, off: Trial, current: Trial, backend: str = "inductor") -> Decision:
-        """Smallest k such that allowing the first k decisions of `fam` is bad; the culprit is #k-1.
-        A probe that does not compile counts as bad (the refusal it needs is not the culprit's)."""
-        decisions = current.decisions[fam]
+        """Smallest k such that allowing the first k *acting* decisions of `fam` is bad; the culprit is
+        acting decision k-1. A probe that does not compile counts as bad (the refusal it needs is not the
+        culprit's)."""
+        decisions = acting(current.decisions[fam])
         if off.passed:
             bad = lambda t: not t.passed  # noqa: E731
         else:  # partial: the decision that carries the error past the (geometric) midpoint
@@ -165,13 +221,16 @@ class Search:
             threshold = math.sqrt(max(off.severity, 1e-30) * hi_s)
             bad = lambda t: t.severity > threshold  # noqa: E731
         lo, hi = 0, len(decisions)
+        total = len(current.decisions[fam])
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            t = self.probe(limit=(fam, mid), backend=backend)
+            # allow every decision before the mid-th acting one (those between acting ones changed nothing)
+            t = self.probe(limit=(fam, decisions[mid].index), backend=backend)
             is_bad = bad(t)
             what = f"compile error: {t.error[:200]}" if t.error else f"severity {t.severity:.3g}"
-            self.say("fine", f"{'[no Inductor] ' if backend != 'inductor' else ''}suspect={fam} allow first {mid}/{len(decisions)} -> {'bad' if is_bad else 'good'}"
-                     f" ({what})")
+            self.say("fine", f"{'[no Inductor] ' if backend != 'inductor' else ''}suspect={fam} allow first "
+                     f"{mid}/{len(decisions)} acting ({decisions[mid].index}/{total} decisions) -> "
+                     f"{'bad' if is_bad else 'good'} ({what})")
             if is_bad:
                 hi = mid
             else:
@@ -201,6 +260,8 @@ class Search:
         self.say("decomp", f"aot_eager_decomp_partition (no Inductor): "
                  + ("PASS" if cheap.passed else f"compile error: {cheap.error[:160]}" if cheap.error
                     else f"FAIL severity {cheap.severity:.3g}: a decomposition introduces an error"))
+        if cheap.passed:
+            self.cheap_clear = set(self.blocked["decomposition"])
         if cheap.passed or cheap.error or not cheap.decisions.get("decomposition"):
             return current
         decision = self.fine("decomposition", _Passed(), cheap, backend="aot_eager_decomp_partition")
@@ -244,6 +305,7 @@ class Search:
         if not found:
             return None, None
         culprit, after = min(found, key=lambda f: (not f[1].passed, f[1].severity))
+        candidates = candidates + self.decomposition_evidence(culprit, current, candidates)
         self.blocked[culprit.decision.kind].add(culprit.decision.key)
         searched = {c.decision.kind for c, _ in found}
         others = [(f, t) for f, t in candidates if t.passed and f not in searched]
@@ -258,6 +320,32 @@ class Search:
         if culprit.alternatives:
             self.say("culprit", "alternatives: " + "; ".join(culprit.alternatives))
         return culprit, after
+
+
+    def decomposition_evidence(self, culprit: Culprit, current: Trial,
+                               probed: list[tuple[str, Trial]]) -> list[tuple[str, Trial]]:
+        """A graph rewrite that rewrote nodes some decomposition produced (`sources`) may only fire on
+        decomposed graphs. When decompositions were not switched off in this round (they passed alone),
+        one probe switches them off with the culprit allowed, so the report can say whether refusing
+        the decomposition hides it (the rewrite is then not made) rather than assert it."""
+        if not culprit.decision.sources or "decomposition" in dict(probed) \
+                or not current.decisions.get("decomposition"):
+            return []
+        try:
+            t = self.probe(off="decomposition")
+        except BudgetSpent:
+            return []
+        same = [d for d in t.decisions.get(culprit.decision.kind, []) if d.key == culprit.decision.key]
+        self.say("evidence", f"decompositions off, {culprit.decision.kind} #{culprit.decision.index} allowed -> "
+                 f"{'PASS' if t.passed else 'FAIL'}; it " + ("rewrites " + ", ".join(same[0].fx_nodes[:6])
+                                                          if same and same[0].acted else "makes no rewrite"))
+        return [("decomposition", t)]
+
+
+def acting(decisions: list[Decision]) -> list[Decision]:
+    """The decisions that changed something in that compile (a graph pass that rewrote no node did not):
+    only these can introduce an error, so the fine search bisects over them alone. All, if none acted."""
+    return [d for d in decisions if d.acted] or list(decisions)
 
 
 def kernels_of(census: Any, decision: Decision) -> list[str]:
@@ -295,6 +383,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
             return
         rows, notes, used = attribute(base.captured, base.report.census, base.report.policy, max_kernels=budget)
         s.compiles += used
+        s.attributed += used
         kernel_rows.extend(rows)
         worse = [r for r in rows if r.worse]
         s.say("kernels", f"{len(rows)} kernel outputs judged alone ({used} compiles); worse than eager: "
@@ -315,7 +404,7 @@ def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 4
         return BisectResult(status, message, base.summary() if base else None, culprits, s.compiles, max_compiles,
                             {k: len(v) for k, v in (base.decisions if base else {}).items()},
                             final.summary() if final else None, s.unavailable, kernel_rows,
-                            time.perf_counter() - t0, s.lines, s.cheap)
+                            time.perf_counter() - t0, s.lines, s.cheap, s.attributed)
 
     try:
         base = s.probe(capture=attribution)

@@ -63,13 +63,23 @@ def _gated_run(log: DecisionLog, gto: Any, pass_fns: list[Any], target: Any) -> 
             continue
         d = log.decisions["pass"][-1]
         before = {n.name: n for n in _graph_of(gto.gm).nodes}
+        shape = {name: _structure(n) for name, n in before.items()}
         out = pass_fn(target)
-        after = {n.name for n in _graph_of(gto.gm).nodes}
-        gone = sorted(before.keys() - after)
-        d.fx_nodes = gone + sorted(after - before.keys())
-        d.sources = sorted({str(before[n].meta["original_aten"]) for n in gone
+        after = {n.name: n for n in _graph_of(gto.gm).nodes}
+        gone = sorted(before.keys() - after.keys())
+        changed = sorted(k for k in before.keys() & after.keys() if _structure(after[k]) != shape[k])
+        d.fx_nodes = gone + changed + sorted(after.keys() - before.keys())
+        d.sources = sorted({str(before[n].meta["original_aten"]) for n in gone + changed
                             if before[n].meta.get("original_aten") is not None})
     return out
+
+
+def _structure(node: Any) -> tuple:
+    """What a node computes (op, target, arguments by name): a pass that rewrites a node in place (new target,
+    new dtype argument) changes it without renaming it, and must still count as having acted."""
+    from torch.fx.node import map_arg
+    return (node.op, str(node.target), str(map_arg(node.args, lambda a: a.name)),
+            str(map_arg(node.kwargs, lambda a: a.name)))
 
 
 @contextlib.contextmanager
