@@ -22,6 +22,19 @@ def _worst(a: Metrics, b: Metrics) -> Metrics:
     return Metrics({k: (min if k == "cosine" else max)(a.values[k], b.values[k]) for k in a.values})
 
 
+def _octaves_of_both(own: Metrics, other: Metrics) -> Metrics:
+    """Eager's error against its own golden, each octave's largest error taken as the worse of that and
+    eager's against compiled's golden. When the goldens differ (each followed its run's near-tied decisions),
+    an octave of |golden| holds different elements in each, and an element that is small in compiled's golden
+    only is judged against what eager reaches on it too (measured: ResNet bf16 --train seed 1, 4 such weight
+    gradient elements)."""
+    values = dict(own.values)
+    for k, v in other.values.items():
+        if k.startswith(("octave_max_abs.", "octave_n.")):
+            values[k] = max(values.get(k, 0.0), v)
+    return Metrics(values)
+
+
 @dataclass
 class RowJudge:
     """`eager`/`compiled`: first runs' results by name. `eager_noisy`/`compiled_noisy`: names whose repeat
@@ -74,7 +87,11 @@ class RowJudge:
             g = g.to(e1.device)
         noisy = name in self.eager_noisy
         ref_g = self.eager_errors.get(name)
-        if ref_g is None and g is not None:
+        if ref_g is not None and g is not None and e1.shape == g.shape:
+            against_compiled_golden = compare(e1, e1, g, policy=self.policy, name=name).vs_golden
+            if against_compiled_golden is not None:
+                ref_g = _octaves_of_both(ref_g, against_compiled_golden)
+        elif g is not None:
             ref_g = self._eager_error(name, e1, g)
         # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
         exact = self.exact and name.startswith("output")

@@ -155,3 +155,16 @@ def test_eager_choices_that_cannot_be_recorded_are_said_not_hidden(monkeypatch):
     report = _check(_model("none"))
     assert report.status == "PASS"
     assert any("could not be recorded" in n for n in _decision_notes(report))
+
+
+def test_eager_octaves_under_two_goldens_take_the_worse_of_both():
+    """With two goldens (eager's and compiled's near-tied choices differ), an octave of |golden| holds
+    different elements in each: eager's largest error per octave is the worse of the two measurements,
+    every other metric stays eager's against its own golden."""
+    from fusecheck.compare.metrics import Metrics
+    from fusecheck.rows import _octaves_of_both
+    own = Metrics({"rmse": 1.0, "octave_n.3": 10, "octave_max_abs.3": 0.1})
+    other = Metrics({"rmse": 5.0, "octave_n.3": 8, "octave_max_abs.3": 0.4, "octave_n.5": 4, "octave_max_abs.5": 0.2})
+    merged = _octaves_of_both(own, other)
+    assert merged.rmse == 1.0
+    assert merged.octaves() == {3: (10, 0.4), 5: (4, 0.2)}
