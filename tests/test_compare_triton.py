@@ -56,6 +56,7 @@ def kernel(monkeypatch):
     """Small tiles and prefixes (the interpreter pays per tile), fresh fallback state, the interpreter on CPU."""
     monkeypatch.setattr(triton_core, "_failed", set())
     monkeypatch.setattr(triton_core, "_checked", set())
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)  # small tensors here go through the kernel too
     if not CUDA:
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
@@ -212,7 +213,13 @@ def test_a_failing_kernel_falls_back_with_one_warning(monkeypatch):
     _same(old.multi_pair_metrics(pairs, **KW)["vs_golden"].values, got["vs_golden"].values, "vs_golden")
 
 
-def test_unsupported_inputs_and_explicit_chunks_stay_on_the_eager_core():
+def test_unsupported_inputs_small_tensors_and_explicit_chunks_stay_on_the_eager_core(monkeypatch):
+    fp, ip = _params(torch.float32, 0.0, 0.0)
+    small = torch.ones(50, device=DEVICE)
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 51)
+    assert triton_core.walk([small, small], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
+    assert triton_core.finite_abs_max([small]) is None
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)
     ints = torch.arange(10, device=DEVICE)
     assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     x = torch.ones(10, device=DEVICE)

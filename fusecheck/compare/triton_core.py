@@ -70,6 +70,10 @@ ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
 MAX_TILES_PER_PROGRAM = (1 << 16) - 1  # a lane's counts are 16-bit fields
 CHECK_ELEMS = (1 << 16) + 3  # the self-check's prefix: several tiles and a partial one
+# Smaller tensors stay on the eager core: it answers them in a few ms, and a run of small tensors (a small
+# model's outputs and gradients) then compiles nothing (a Triton compile is seconds per dtype/pair variant,
+# cached on disk after)
+MIN_ELEMS = 1 << 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -250,7 +254,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
     per chunk), or None where the eager core must answer (unsupported dtypes, no Triton, a variant that
     failed). On-device contiguous tensors go in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to
     `device` (memory bounded by the chunk, as the eager core's)."""
-    if (not tensors[0].numel() or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
+    if (tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
     ints = tuple(int(v) for v in iparams.tolist())
@@ -301,7 +305,7 @@ def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:
     """Largest finite |x| over one or two same-shape floating tensors in one launch; None where the kernel
     cannot answer (the caller's torch walk then does). The first call per variant is checked against torch
     on a prefix."""
-    if not 1 <= len(tensors) <= 2 or not supports(tensors, torch.float64) or not tensors[0].numel():
+    if not 1 <= len(tensors) <= 2 or not supports(tensors, torch.float64) or tensors[0].numel() < max(MIN_ELEMS, 1):
         return None
     device = tensors[0].device
     if not all(t.device == device and t.is_contiguous() for t in tensors):
