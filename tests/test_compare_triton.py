@@ -117,6 +117,19 @@ def test_ties_signed_zeros_subnormals_and_overflowing_differences():
     _check_partials([res.float(), ref.float(), g], PAIRS, torch.float32, where="fp32 edges (subnormals, overflow)")
 
 
+def test_nan_and_inf_in_only_the_result_or_only_eager():
+    # the two golden pairs share one octave histogram where both A sides are finite; where only one of them is
+    # NaN/Inf (here: either side, in several tiles) each pair's counts are corrected apart
+    n = 3 * triton_core.BLOCK + 7
+    g = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 4
+    ref, res = g.float(), (g * 1.001).float()
+    ref[5::17] = math.nan
+    ref[9::23] = -math.inf
+    res[3::19] = math.inf
+    res[11::29] = math.nan
+    _check_partials([res, ref, g], PAIRS, torch.float32, where="one-sided NaN/Inf")
+
+
 @pytest.mark.parametrize("order", ["rising", "falling"])
 def test_octave_records_rising_along_the_tensor_and_falling(order):
     # rising: every tile sets new per-octave records (the slow path every time); falling: only the first
