@@ -5,6 +5,7 @@ fallbacks. On a CUDA machine the real kernel runs; elsewhere Triton's interprete
 (slow per tile: tiles are small here). Skipped without Triton (CI)."""
 import math
 import os
+from fractions import Fraction
 import sys
 import warnings
 
@@ -115,6 +116,41 @@ def test_ties_signed_zeros_subnormals_and_overflowing_differences():
     for thr, atol in ((2.0 ** -20, 1e-5), (0.0, 0.0)):
         _check_partials([res, ref, g], PAIRS, torch.float64, thr, atol, f"edges thr={thr}")
     _check_partials([res.float(), ref.float(), g], PAIRS, torch.float32, where="fp32 edges (subnormals, overflow)")
+
+
+def _on_the_boundaries(rtol=1.6e-2, atol=1e-5) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(a, b) in fp64 whose difference lies exactly on a decision boundary of the eager core, per boundary:
+    |a-b| equal to atol + rtol*|b| where an FMA would round that threshold otherwise, relative errors of
+    exactly 1e-3 and 5e-3, exactly 1 bf16 ULP. Found by search (deterministic)."""
+    gen = torch.Generator().manual_seed(6)
+    found = {}
+    b = torch.rand(40000, dtype=torch.float64, generator=gen) * 2e-6  # |b| << atol: |a| ~ the threshold itself
+    tol = atol + rtol * b
+    fused_tol = torch.tensor([float(Fraction(atol) + Fraction(rtol) * Fraction(x)) for x in b.tolist()],
+                             dtype=torch.float64)  # one rounding, as an FMA would
+    hi = torch.maximum(tol, fused_tol)
+    hit = (tol != fused_tol) & ((b + hi) - b == hi)
+    found["atol + rtol*|b|"] = ((b + hi)[hit], b[hit])
+    b = (torch.rand(40000, dtype=torch.float64, generator=gen) + 0.5) * torch.exp2(
+        torch.randint(-8, 8, (40000,), generator=gen).double())
+    eps = torch.finfo(torch.float64).eps
+    for c in (1e-3, 5e-3):
+        a = torch.stack([b * (1 + c) * (1 + j * eps) for j in range(-4, 5)])
+        hit = (a - b).abs() / (b.abs() + eps) == c
+        found[f"relative error {c}"] = (a[hit], b.expand_as(a)[hit])
+    ulp = torch.exp2(torch.floor(torch.log2(b[:100])) - ulp_format(torch.bfloat16)[0])
+    found["1 ULP"] = (b[:100] + ulp, b[:100])
+    return found
+
+
+def test_exact_ties_at_every_threshold():
+    # each boundary with its fp64 neighbours: a threshold rounded another way (an FMA on the GPU, a constant
+    # in fp32) flips counts on these
+    found = _on_the_boundaries()
+    assert all(len(b) >= 10 for _, b in found.values()), {k: len(b) for k, (_, b) in found.items()}
+    a, b = (torch.cat(parts) for parts in zip(*found.values()))
+    a = torch.cat([a, torch.nextafter(a, a + 1), torch.nextafter(a, a - 1)])
+    _check_partials([a, torch.cat([b, b, b])], ((0, 1),), torch.bfloat16, where="ties")
 
 
 def test_nan_and_inf_in_only_the_result_or_only_eager():
