@@ -5,9 +5,9 @@ fallbacks. On a CUDA machine the real kernel runs; elsewhere Triton's interprete
 (slow per tile: tiles are small here). Skipped without Triton (CI)."""
 import math
 import os
-from fractions import Fraction
 import sys
 import warnings
+from fractions import Fraction
 
 import pytest
 import torch
@@ -62,8 +62,8 @@ def kernel(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
         monkeypatch.setattr(triton_core, "CHECK_ELEMS", 37)
-        monkeypatch.setitem(fused.FAST_CORES, "cpu", triton_core.walk)
-        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", triton_core.finite_abs_max)
+        monkeypatch.setitem(fused.FAST_CORES, "cpu", fused.FAST_CORES["cuda"])
+        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", scale.FAST_ABS_MAX["cuda"])
 
 
 def _params(ulp_dtype, thr, atol):
@@ -266,17 +266,17 @@ def test_unsupported_inputs_small_tensors_and_explicit_chunks_stay_on_the_eager_
     fp, ip = _params(torch.float32, 0.0, 0.0)
     small = torch.ones(50, device=DEVICE)
     monkeypatch.setattr(triton_core, "MIN_ELEMS", 51)
-    assert triton_core.walk([small, small], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
+    assert triton_core.walk([small, small], ((0, 1),), torch.float64, fp, ip) is None
     assert triton_core.finite_abs_max([small]) is None
     monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)
     ints = torch.arange(10, device=DEVICE)
-    assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk([ints, ints], ((0, 1),), torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     x = torch.ones(10, device=DEVICE)
     four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
-    assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk(*four, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     fp, ip = _params(torch.float32, 0.0, 0.0)
     fp[1] = -1.0  # a negative atol
-    assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
+    assert triton_core.walk([x, x], ((0, 1),), torch.float64, fp, ip) is None
     pairs = _three_pairs(20)
     multi_pair_metrics(pairs, **KW, chunk_elems=7)
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)

@@ -248,12 +248,13 @@ def _column(name: str) -> int:
     return names.index(name)
 
 
-def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
-         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
+def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: torch.dtype,
+         fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
     """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer
     per chunk), or None where the eager core must answer (unsupported dtypes, no Triton, a variant that
-    failed). On-device contiguous tensors go in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to
-    `device` (memory bounded by the chunk, as the eager core's)."""
+    failed). The device is the first pair's A side's (as multi_pair_metrics'). On-device contiguous tensors go
+    in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to it (memory bounded by the chunk)."""
+    device = tensors[pairs[0][0]].device
     if (tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
