@@ -226,7 +226,7 @@ def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_rea
     g = torch.tensor([1.0, -1.0, 1e-3, -1e-3] * 10, dtype=torch.float64, device=DEVICE)
     tensors, pairs = [g.abs(), g], ((0, 1),)  # products +1, -1, +1e-6, -1e-6: the dot is exactly 0
     fp, ip = _params(torch.float64, 2.0 ** -20, 1e-5)
-    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)  # _agrees' arguments
     real = triton_core._raw_partials
     dot = triton_core._column("dot")
 
@@ -237,9 +237,38 @@ def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_rea
             return out
         return partials
     monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-14))  # rounding-sized next to |N||B| ~ 6
-    assert triton_core._self_check(*args)
+    assert triton_core._agrees(*args)
     monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-3))  # planted: a lost term
-    assert not triton_core._self_check(*args)
+    assert not triton_core._agrees(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_the_first_call_check_passes_a_correct_kernel(dtype):
+    # quiet on correct code: the specimen (every special value) and a prefix agree, for both exponent paths
+    g = torch.randn(40, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    raws = [(g * 1.01).to(dtype), g.to(dtype), g]
+    for thr in (2.0 ** -20, 0.0) if dtype == torch.float64 else (2.0 ** -20,):  # the interpreter is slow
+        fp, ip = _params(dtype, thr, 1e-5)
+        assert triton_core._self_check(raws, PAIRS, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+
+
+def test_a_kernel_wrong_only_on_nan_is_caught_before_nan_data_arrives(monkeypatch):
+    # planted bug on a path the user's first data never takes: NaN counted wrong. The first call's data has
+    # no NaN; the fixed specimen checked with it does
+    real = triton_core._raw_partials
+    col = triton_core._column("b_nan")
+
+    def nan_bug(raws, *a):
+        out = real(raws, *a)
+        if any(bool(r.isnan().any()) for r in raws):
+            out[:, col] += 1
+        return out
+    monkeypatch.setattr(triton_core, "_raw_partials", nan_bug)
+    g = torch.randn(200, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    pairs = {"vs_golden": (g.float(), g)}
+    with pytest.warns(UserWarning, match="disagreed with the eager core"):
+        multi_pair_metrics(pairs, **KW)
+    assert triton_core._failed
 
 
 def test_a_wrong_abs_max_kernel_is_caught(monkeypatch):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import warnings
 
@@ -227,13 +228,48 @@ def supports(tensors: list[torch.Tensor], acc: torch.dtype) -> bool:
 
 
 def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
-    """The kernel's partials of a prefix against the eager core's (counts and maxima exact, sums 1e-9)."""
+    """The kernel against the eager core on a prefix of the data and on `_specimen` (counts and maxima
+    exact, sums to 1e-9)."""
+    prefix = [r[:CHECK_ELEMS] for r in raws]
+    specimen = _specimen(raws, float(fparams[2]))
+    return all(_agrees(x, pairs, fconsts, ints, fparams, iparams) for x in (prefix, specimen))
+
+
+def _specimen(raws: list[torch.Tensor], small_threshold: float) -> list[torch.Tensor]:
+    """Fixed data on every path of the kernel, in the variant's dtypes and on its device: NaN, +-Inf (also on
+    one side only), +-0, subnormals, values at and around the small-value threshold, 80 octaves, ties and
+    exact equality, four tiles per program. Checked with the data's prefix on the first call, so that a
+    kernel broken on a path the first data never takes is caught before such data arrives."""
+    device = raws[0].device
+    programs = INTERPRET_PROGRAMS if device.type != "cuda" else _sm_count(
+        device.index if device.index is not None else torch.cuda.current_device()) * PROGRAMS_PER_SM
+    n = 4 * BLOCK * programs + 5
+    gen = torch.Generator().manual_seed(12)
+
+    def noise(scale):
+        return 1 + scale * torch.randn(n, dtype=torch.float64, generator=gen)
+    g = torch.randn(n, dtype=torch.float64, generator=gen) * torch.exp2(
+        torch.randint(-60, 20, (n,), generator=gen).double())
+    t = small_threshold
+    special = torch.tensor([0.0, -0.0, 5e-324, -5e-324, 2.0 ** -1022, 1e-30, t, -t, 0.75 * t, 1.5 * t, 1.0, 3.0,
+                            3.0, math.nan, math.inf, -math.inf, 1e300, -1e300], dtype=torch.float64)
+    g[:7 * len(special):7] = special
+    e = g * noise(1e-3)
+    e[5::11] = g[5::11]  # equal to the golden
+    e[3::97] = math.nan  # NaN in eager only
+    r = g * noise(1e-2)
+    r[2::13] = e[2::13]  # bitwise equal to eager
+    r[9::89] = math.inf  # Inf, NaN in the result only
+    r[13::83] = math.nan
+    base = [r, e, g]
+    return [base[min(i, 2)].to(x.dtype).to(device) for i, x in enumerate(raws)]
+
+
+def _agrees(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
     from fusecheck.compare import fused
 
-    k = min(raws[0].numel(), CHECK_ELEMS)
-    prefix = [r[:k] for r in raws]
-    got = _raw_partials(prefix, pairs, fconsts, ints)
-    want = fused.chunk_partials(prefix, pairs, torch.float64, fparams.to(raws[0].device),
+    got = _raw_partials(raws, pairs, fconsts, ints)
+    want = fused.chunk_partials(raws, pairs, torch.float64, fparams.to(raws[0].device),
                                 iparams.to(raws[0].device)).cpu()
     exact = (got == want) | (got.isnan() & want.isnan())
     close = torch.isclose(got, want, rtol=SUM_RTOL, atol=0.0, equal_nan=True)
