@@ -16,7 +16,8 @@ runs on the few record-setting tiles only, over the octaves present among their 
 
 Used by `fused.walk` on CUDA (`fused.FAST_CORES`) for fp16/bf16/fp32/fp64 tensors; anything else, a
 missing Triton, a failing compile or a first call that disagrees with the eager core (checked once per
-variant, as compiled.py does) falls back to the eager core with one warning: never a false PASS.
+variant on the data's prefix and on fixed data with every special value) falls back to the eager core with
+one warning: never a false PASS. Tensors under MIN_ELEMS stay on the eager core.
 """
 from __future__ import annotations
 
