@@ -88,16 +88,15 @@ def read_once(res, ref, gold) -> None:
         t.sum(dtype=torch.float32 if t.dtype != torch.float64 else torch.float64)
 
 
-# mode -> (FUSECHECK_COMPILED_COMPARE, FUSECHECK_TRITON_COMPARE); None: unset (the default)
-MODES = {"auto": (None, None), "eager": ("0", "0"), "compiled": ("1", "0"), "triton": ("0", "1")}
+# mode -> the switches it sets (the others unset: their defaults)
+MODES = {"auto": {}, "eager": {compiled.ENV: "0", triton_core.ENV: "0"},
+         "compiled": {compiled.ENV: "1", triton_core.ENV: "0"}, "triton": {compiled.ENV: "0", triton_core.ENV: "1"}}
 
 
 def set_mode(mode: str) -> None:
-    for env, value in zip((compiled.ENV, triton_core.ENV), MODES[mode]):
-        if value is None:
-            os.environ.pop(env, None)
-        else:
-            os.environ[env] = value
+    for name in (compiled.ENV, triton_core.ENV):
+        os.environ.pop(name, None)
+    os.environ.update(MODES[mode])
 
 
 def main() -> None:

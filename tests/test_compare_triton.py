@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import warnings
+from fractions import Fraction
 
 import pytest
 import torch
@@ -56,12 +57,13 @@ def kernel(monkeypatch):
     """Small tiles and prefixes (the interpreter pays per tile), fresh fallback state, the interpreter on CPU."""
     monkeypatch.setattr(triton_core, "_failed", set())
     monkeypatch.setattr(triton_core, "_checked", set())
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)  # small tensors here go through the kernel too
     if not CUDA:
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
         monkeypatch.setattr(triton_core, "CHECK_ELEMS", 37)
-        monkeypatch.setitem(fused.FAST_CORES, "cpu", triton_core.walk)
-        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", triton_core.finite_abs_max)
+        monkeypatch.setitem(fused.FAST_CORES, "cpu", fused.FAST_CORES["cuda"])
+        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", scale.FAST_ABS_MAX["cuda"])
 
 
 def _params(ulp_dtype, thr, atol):
@@ -114,6 +116,54 @@ def test_ties_signed_zeros_subnormals_and_overflowing_differences():
     for thr, atol in ((2.0 ** -20, 1e-5), (0.0, 0.0)):
         _check_partials([res, ref, g], PAIRS, torch.float64, thr, atol, f"edges thr={thr}")
     _check_partials([res.float(), ref.float(), g], PAIRS, torch.float32, where="fp32 edges (subnormals, overflow)")
+
+
+def _on_the_boundaries(rtol=1.6e-2, atol=1e-5) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(a, b) in fp64 whose difference lies exactly on a decision boundary of the eager core, per boundary:
+    |a-b| equal to atol + rtol*|b| where an FMA would round that threshold otherwise, relative errors of
+    exactly 1e-3 and 5e-3, exactly 1 bf16 ULP. Found by search (deterministic)."""
+    gen = torch.Generator().manual_seed(6)
+    found = {}
+    b = torch.rand(40000, dtype=torch.float64, generator=gen) * 2e-6  # |b| << atol: |a| ~ the threshold itself
+    tol = atol + rtol * b
+    fused_tol = torch.tensor([float(Fraction(atol) + Fraction(rtol) * Fraction(x)) for x in b.tolist()],
+                             dtype=torch.float64)  # one rounding, as an FMA would
+    hi = torch.maximum(tol, fused_tol)
+    hit = (tol != fused_tol) & ((b + hi) - b == hi)
+    found["atol + rtol*|b|"] = ((b + hi)[hit], b[hit])
+    b = (torch.rand(40000, dtype=torch.float64, generator=gen) + 0.5) * torch.exp2(
+        torch.randint(-8, 8, (40000,), generator=gen).double())
+    eps = torch.finfo(torch.float64).eps
+    for c in (1e-3, 5e-3):
+        a = torch.stack([b * (1 + c) * (1 + j * eps) for j in range(-4, 5)])
+        hit = (a - b).abs() / (b.abs() + eps) == c
+        found[f"relative error {c}"] = (a[hit], b.expand_as(a)[hit])
+    ulp = torch.exp2(torch.floor(torch.log2(b[:100])) - ulp_format(torch.bfloat16)[0])
+    found["1 ULP"] = (b[:100] + ulp, b[:100])
+    return found
+
+
+def test_exact_ties_at_every_threshold():
+    # each boundary with its fp64 neighbours: a threshold rounded another way (an FMA on the GPU, a constant
+    # in fp32) flips counts on these
+    found = _on_the_boundaries()
+    assert all(len(b) >= 10 for _, b in found.values()), {k: len(b) for k, (_, b) in found.items()}
+    a, b = (torch.cat(parts) for parts in zip(*found.values()))
+    a = torch.cat([a, torch.nextafter(a, a + 1), torch.nextafter(a, a - 1)])
+    _check_partials([a, torch.cat([b, b, b])], ((0, 1),), torch.bfloat16, where="ties")
+
+
+def test_nan_and_inf_in_only_the_result_or_only_eager():
+    # the two golden pairs share one octave histogram where both A sides are finite; where only one of them is
+    # NaN/Inf (here: either side, in several tiles) each pair's counts are corrected apart
+    n = 3 * triton_core.BLOCK + 7
+    g = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 4
+    ref, res = g.float(), (g * 1.001).float()
+    ref[5::17] = math.nan
+    ref[9::23] = -math.inf
+    res[3::19] = math.inf
+    res[11::29] = math.nan
+    _check_partials([res, ref, g], PAIRS, torch.float32, where="one-sided NaN/Inf")
 
 
 @pytest.mark.parametrize("order", ["rising", "falling"])
@@ -176,7 +226,7 @@ def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_rea
     g = torch.tensor([1.0, -1.0, 1e-3, -1e-3] * 10, dtype=torch.float64, device=DEVICE)
     tensors, pairs = [g.abs(), g], ((0, 1),)  # products +1, -1, +1e-6, -1e-6: the dot is exactly 0
     fp, ip = _params(torch.float64, 2.0 ** -20, 1e-5)
-    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+    args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)  # _agrees' arguments
     real = triton_core._raw_partials
     dot = triton_core._column("dot")
 
@@ -187,9 +237,38 @@ def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_rea
             return out
         return partials
     monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-14))  # rounding-sized next to |N||B| ~ 6
-    assert triton_core._self_check(*args)
+    assert triton_core._agrees(*args)
     monkeypatch.setattr(triton_core, "_raw_partials", shifted(1e-3))  # planted: a lost term
-    assert not triton_core._self_check(*args)
+    assert not triton_core._agrees(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_the_first_call_check_passes_a_correct_kernel(dtype):
+    # quiet on correct code: the specimen (every special value) and a prefix agree, for both exponent paths
+    g = torch.randn(40, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    raws = [(g * 1.01).to(dtype), g.to(dtype), g]
+    for thr in (2.0 ** -20, 0.0) if dtype == torch.float64 else (2.0 ** -20,):  # the interpreter is slow
+        fp, ip = _params(dtype, thr, 1e-5)
+        assert triton_core._self_check(raws, PAIRS, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)
+
+
+def test_a_kernel_wrong_only_on_nan_is_caught_before_nan_data_arrives(monkeypatch):
+    # planted bug on a path the user's first data never takes: NaN counted wrong. The first call's data has
+    # no NaN; the fixed specimen checked with it does
+    real = triton_core._raw_partials
+    col = triton_core._column("b_nan")
+
+    def nan_bug(raws, *a):
+        out = real(raws, *a)
+        if any(bool(r.isnan().any()) for r in raws):
+            out[:, col] += 1
+        return out
+    monkeypatch.setattr(triton_core, "_raw_partials", nan_bug)
+    g = torch.randn(200, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    pairs = {"vs_golden": (g.float(), g)}
+    with pytest.warns(UserWarning, match="disagreed with the eager core"):
+        multi_pair_metrics(pairs, **KW)
+    assert triton_core._failed
 
 
 def test_a_wrong_abs_max_kernel_is_caught(monkeypatch):
@@ -212,15 +291,21 @@ def test_a_failing_kernel_falls_back_with_one_warning(monkeypatch):
     _same(old.multi_pair_metrics(pairs, **KW)["vs_golden"].values, got["vs_golden"].values, "vs_golden")
 
 
-def test_unsupported_inputs_and_explicit_chunks_stay_on_the_eager_core():
+def test_unsupported_inputs_small_tensors_and_explicit_chunks_stay_on_the_eager_core(monkeypatch):
+    fp, ip = _params(torch.float32, 0.0, 0.0)
+    small = torch.ones(50, device=DEVICE)
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 51)
+    assert triton_core.walk([small, small], ((0, 1),), torch.float64, fp, ip) is None
+    assert triton_core.finite_abs_max([small]) is None
+    monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)
     ints = torch.arange(10, device=DEVICE)
-    assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk([ints, ints], ((0, 1),), torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     x = torch.ones(10, device=DEVICE)
     four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
-    assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk(*four, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     fp, ip = _params(torch.float32, 0.0, 0.0)
     fp[1] = -1.0  # a negative atol
-    assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
+    assert triton_core.walk([x, x], ((0, 1),), torch.float64, fp, ip) is None
     pairs = _three_pairs(20)
     multi_pair_metrics(pairs, **KW, chunk_elems=7)
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)

@@ -17,6 +17,7 @@ two torch.ldexp multiplies by.
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -180,21 +181,24 @@ def pad_correction(raws: list[torch.Tensor], pairs, acc, fparams, iparams, pad: 
     return torch.where(SUM_COLUMNS & (one >= 0), one * pad, 0.0).to(raws[0].device, non_blocking=True)
 
 
-# device type -> a whole walk (same arguments, no chunk_elems) by a faster core, or None where that core
-# cannot answer and this module's must
-FAST_CORES = {"cuda": triton_core.walk}
+def _triton_core(tensors, pairs, acc, fparams, iparams):
+    return triton_core.walk(tensors, pairs, acc, fparams, iparams)
+
+
+# device type -> a hand-written core with `walk`'s result, or None where it does not apply (dtype, build)
+FAST_CORES: dict[str, Callable] = {"cuda": _triton_core}
 
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
          acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
          chunk_elems: int | None = None) -> torch.Tensor | None:
-    """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). A device's
-    FAST_CORES entry answers first; large tensors go through the compiled kernel where enabled; an explicit
-    `chunk_elems` keeps the eager core."""
-    fast_core = FAST_CORES.get(device.type) if chunk_elems is None else None
-    out = fast_core(tensors, pairs, device, acc, fparams, iparams) if fast_core else None
-    if out is not None:
-        return out
+    """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). A fast
+    core (`FAST_CORES`) answers first, then large tensors go through the compiled kernel where enabled; an
+    explicit `chunk_elems` keeps the eager core."""
+    if chunk_elems is None and device.type in FAST_CORES:
+        out = FAST_CORES[device.type](tensors, pairs, acc, fparams, iparams)
+        if out is not None:
+            return out
     fast = (chunk_elems is None and compiled.enabled(device) and acc == torch.float64
             and tensors[0].numel() >= compiled.chunk_elems(device) and not torch.compiler.is_compiling())
     host = (fparams, iparams)  # thresholds as given (CPU), for the padding correction

@@ -9,6 +9,7 @@ up they are the policy's. This only ever tightens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -23,19 +24,18 @@ def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
 
 
-# device type -> one-launch finite |x| max of same-shape tensors, or None where it cannot answer
-FAST_ABS_MAX = {"cuda": triton_core.finite_abs_max}
+# device type -> a hand-written finite_abs_max, or None where it does not apply (as fused.FAST_CORES)
+FAST_ABS_MAX: dict[str, Callable] = {"cuda": triton_core.finite_abs_max}
 
 
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
     """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
-    (a device's FAST_ABS_MAX first; compiled with the comparison core where that is enabled; 0.0 when there
-    is none)."""
+    (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
     device = tensors[0].device
-    fast_max = FAST_ABS_MAX.get(device.type) if chunk_elems is None else None
-    got = fast_max(tensors) if fast_max else None
-    if got is not None:
-        return got
+    if chunk_elems is None and device.type in FAST_ABS_MAX:
+        quick = FAST_ABS_MAX[device.type](tensors)
+        if quick is not None:
+            return quick
     fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
             and not torch.compiler.is_compiling())
     size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))

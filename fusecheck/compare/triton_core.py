@@ -16,12 +16,14 @@ runs on the few record-setting tiles only, over the octaves present among their 
 
 Used by `fused.walk` on CUDA (`fused.FAST_CORES`) for fp16/bf16/fp32/fp64 tensors; anything else, a
 missing Triton, a failing compile or a first call that disagrees with the eager core (checked once per
-variant, as compiled.py does) falls back to the eager core with one warning: never a false PASS.
+variant on the data's prefix and on fixed data with every special value) falls back to the eager core with
+one warning: never a false PASS. Tensors under MIN_ELEMS stay on the eager core.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import warnings
 
@@ -70,6 +72,10 @@ ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
 MAX_TILES_PER_PROGRAM = (1 << 16) - 1  # a lane's counts are 16-bit fields
 CHECK_ELEMS = (1 << 16) + 3  # the self-check's prefix: several tiles and a partial one
+# Smaller tensors stay on the eager core: it answers them in a few ms, and a run of small tensors (a small
+# model's outputs and gradients) then compiles nothing (a Triton compile is seconds per dtype/pair variant,
+# cached on disk after)
+MIN_ELEMS = 1 << 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -223,13 +229,48 @@ def supports(tensors: list[torch.Tensor], acc: torch.dtype) -> bool:
 
 
 def _self_check(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
-    """The kernel's partials of a prefix against the eager core's (counts and maxima exact, sums 1e-9)."""
+    """The kernel against the eager core on a prefix of the data and on `_specimen` (counts and maxima
+    exact, sums to 1e-9)."""
+    prefix = [r[:CHECK_ELEMS] for r in raws]
+    specimen = _specimen(raws, float(fparams[2]))
+    return all(_agrees(x, pairs, fconsts, ints, fparams, iparams) for x in (prefix, specimen))
+
+
+def _specimen(raws: list[torch.Tensor], small_threshold: float) -> list[torch.Tensor]:
+    """Fixed data on every path of the kernel, in the variant's dtypes and on its device: NaN, +-Inf (also on
+    one side only), +-0, subnormals, values at and around the small-value threshold, 80 octaves, ties and
+    exact equality, four tiles per program. Checked with the data's prefix on the first call, so that a
+    kernel broken on a path the first data never takes is caught before such data arrives."""
+    device = raws[0].device
+    programs = INTERPRET_PROGRAMS if device.type != "cuda" else _sm_count(
+        device.index if device.index is not None else torch.cuda.current_device()) * PROGRAMS_PER_SM
+    n = 4 * BLOCK * programs + 5
+    gen = torch.Generator().manual_seed(12)
+
+    def noise(scale):
+        return 1 + scale * torch.randn(n, dtype=torch.float64, generator=gen)
+    g = torch.randn(n, dtype=torch.float64, generator=gen) * torch.exp2(
+        torch.randint(-60, 20, (n,), generator=gen).double())
+    t = small_threshold
+    special = torch.tensor([0.0, -0.0, 5e-324, -5e-324, 2.0 ** -1022, 1e-30, t, -t, 0.75 * t, 1.5 * t, 1.0, 3.0,
+                            3.0, math.nan, math.inf, -math.inf, 1e300, -1e300], dtype=torch.float64)
+    g[:7 * len(special):7] = special
+    e = g * noise(1e-3)
+    e[5::11] = g[5::11]  # equal to the golden
+    e[3::97] = math.nan  # NaN in eager only
+    r = g * noise(1e-2)
+    r[2::13] = e[2::13]  # bitwise equal to eager
+    r[9::89] = math.inf  # Inf, NaN in the result only
+    r[13::83] = math.nan
+    base = [r, e, g]
+    return [base[min(i, 2)].to(x.dtype).to(device) for i, x in enumerate(raws)]
+
+
+def _agrees(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
     from fusecheck.compare import fused
 
-    k = min(raws[0].numel(), CHECK_ELEMS)
-    prefix = [r[:k] for r in raws]
-    got = _raw_partials(prefix, pairs, fconsts, ints)
-    want = fused.chunk_partials(prefix, pairs, torch.float64, fparams.to(raws[0].device),
+    got = _raw_partials(raws, pairs, fconsts, ints)
+    want = fused.chunk_partials(raws, pairs, torch.float64, fparams.to(raws[0].device),
                                 iparams.to(raws[0].device)).cpu()
     exact = (got == want) | (got.isnan() & want.isnan())
     close = torch.isclose(got, want, rtol=SUM_RTOL, atol=0.0, equal_nan=True)
@@ -244,13 +285,14 @@ def _column(name: str) -> int:
     return names.index(name)
 
 
-def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
-         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
+def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: torch.dtype,
+         fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
     """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer
     per chunk), or None where the eager core must answer (unsupported dtypes, no Triton, a variant that
-    failed). On-device contiguous tensors go in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to
-    `device` (memory bounded by the chunk, as the eager core's)."""
-    if (not tensors[0].numel() or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
+    failed). The device is the first pair's A side's (as multi_pair_metrics'). On-device contiguous tensors go
+    in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to it (memory bounded by the chunk)."""
+    device = tensors[pairs[0][0]].device
+    if (tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
     ints = tuple(int(v) for v in iparams.tolist())
@@ -301,7 +343,7 @@ def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:
     """Largest finite |x| over one or two same-shape floating tensors in one launch; None where the kernel
     cannot answer (the caller's torch walk then does). The first call per variant is checked against torch
     on a prefix."""
-    if not 1 <= len(tensors) <= 2 or not supports(tensors, torch.float64) or not tensors[0].numel():
+    if not 1 <= len(tensors) <= 2 or not supports(tensors, torch.float64) or tensors[0].numel() < max(MIN_ELEMS, 1):
         return None
     device = tensors[0].device
     if not all(t.device == device and t.is_contiguous() for t in tensors):

@@ -279,7 +279,7 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
 
 @triton.jit
 def abs_max_kernel(x0, x1, n, tiles_per_prog, out_ptr, NT: tl.constexpr, BLOCK: tl.constexpr):
-    """Largest finite |x| of each of one or two tensors, per program (scale.finite_abs_max)."""
+    """Largest finite |x| over one or two same-shape tensors, per program (scale.finite_abs_max)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
@@ -288,8 +288,8 @@ def abs_max_kernel(x0, x1, n, tiles_per_prog, out_ptr, NT: tl.constexpr, BLOCK: 
         offs = (pid + t * nprog).to(tl.int64) * BLOCK + lanes
         valid = offs < n
         a0 = tl.abs(tl.load(x0 + offs, mask=valid, other=0.0).to(tl.float64))
-        m1 = tl.maximum(m1, tl.where(a0 < INF, a0, 0.0))
+        m1 = _max(m1, tl.where(a0 < INF, a0, 0.0))  # NaN and Inf: 0
         if NT == 2:
             a1 = tl.abs(tl.load(x1 + offs, mask=valid, other=0.0).to(tl.float64))
-            m1 = tl.maximum(m1, tl.where(a1 < INF, a1, 0.0))
+            m1 = _max(m1, tl.where(a1 < INF, a1, 0.0))
     tl.store(out_ptr + pid, tl.max(m1, axis=0))
