@@ -17,6 +17,7 @@ two torch.ldexp multiplies by.
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -180,11 +181,25 @@ def pad_correction(raws: list[torch.Tensor], pairs, acc, fparams, iparams, pad: 
     return torch.where(SUM_COLUMNS & (one >= 0), one * pad, 0.0).to(raws[0].device, non_blocking=True)
 
 
+def _cpu_core(tensors, pairs, acc, fparams, iparams):
+    from fusecheck.compare import cpu_core
+    return cpu_core.walk(tensors, pairs, acc, fparams, iparams)
+
+
+# device type -> a hand-written core with `walk`'s result, or None where it does not apply (dtype, build)
+FAST_CORES: dict[str, Callable] = {"cpu": _cpu_core}
+
+
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
          acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
          chunk_elems: int | None = None) -> torch.Tensor | None:
-    """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). Large
-    tensors go through the compiled kernel where enabled; an explicit `chunk_elems` keeps the eager core."""
+    """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). A fast
+    core (`FAST_CORES`) answers first, then large tensors go through the compiled kernel where enabled; an
+    explicit `chunk_elems` keeps the eager core."""
+    if chunk_elems is None and device.type in FAST_CORES:
+        out = FAST_CORES[device.type](tensors, pairs, acc, fparams, iparams)
+        if out is not None:
+            return out
     fast = (chunk_elems is None and compiled.enabled(device) and acc == torch.float64
             and tensors[0].numel() >= compiled.chunk_elems(device) and not torch.compiler.is_compiling())
     host = (fparams, iparams)  # thresholds as given (CPU), for the padding correction

@@ -9,6 +9,7 @@ up they are the policy's. This only ever tightens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -23,10 +24,23 @@ def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
 
 
+def _cpu_abs_max(tensors: list[torch.Tensor]) -> float | None:
+    from fusecheck.compare import cpu_core
+    return cpu_core.finite_abs_max(tensors)
+
+
+# device type -> a hand-written finite_abs_max, or None where it does not apply (as fused.FAST_CORES)
+FAST_ABS_MAX: dict[str, Callable] = {"cpu": _cpu_abs_max}
+
+
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
     """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
     (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
     device = tensors[0].device
+    if chunk_elems is None and device.type in FAST_ABS_MAX:
+        quick = FAST_ABS_MAX[device.type](tensors)
+        if quick is not None:
+            return quick
     fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
             and not torch.compiler.is_compiling())
     size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
