@@ -193,11 +193,27 @@ static void pair_block(const double *restrict A, const double *restrict B, int64
         rel5 += fin & (rel < 5e-3);
         mism += (fin & (d > atol + rtol * babs)) | mis_nf;
     }
-    double cnt[OCTAVES + 1] = {0}, mx[OCTAVES + 1] = {0};
-    for (i = 0; i < n; i++) {
+    int32_t cnt4[4][OCTAVES + 1] = {{0}};
+    double mx4[4][OCTAVES + 1] = {{0}};
+    for (i = 0; i + 3 < n; i += 4) {
+        for (int k = 0; k < 4; k++) {
+            int32_t o = oct[i + k];
+            cnt4[k][o] += 1;
+            double e = err[i + k];
+            mx4[k][o] = e > mx4[k][o] ? e : mx4[k][o];
+        }
+    }
+    for (; i < n; i++) {
         int32_t o = oct[i];
-        cnt[o] += 1;
-        mx[o] = err[i] > mx[o] ? err[i] : mx[o];
+        cnt4[0][o] += 1;
+        mx4[0][o] = err[i] > mx4[0][o] ? err[i] : mx4[0][o];
+    }
+    double cnt[OCTAVES + 1], mx[OCTAVES + 1];
+    for (i = 0; i <= OCTAVES; i++) {
+        cnt[i] = (double)(cnt4[0][i] + cnt4[1][i] + cnt4[2][i] + cnt4[3][i]);
+        double m01 = mx4[0][i] > mx4[1][i] ? mx4[0][i] : mx4[1][i];
+        double m23 = mx4[2][i] > mx4[3][i] ? mx4[2][i] : mx4[3][i];
+        mx[i] = m01 > m23 ? m01 : m23;
     }
     double add[] = {n_finite, a_nf, b_nf, b_nan, nf_mis, sq_err};
     for (i = 0; i < 6; i++) row[S_N_FINITE + i] += add[i];
