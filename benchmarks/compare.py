@@ -1,12 +1,13 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled] [--out results.md]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,cpu_core] [--out results.md]
 
 What each contender computes:
 - fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked. Modes:
-  `eager` (FUSECHECK_COMPILED_COMPARE=0), `compiled` (=1: the Inductor kernel; its one-time compile is
-  reported apart), `auto` (the default: compiled on CUDA, eager on CPU).
+  `eager` (the torch core: FUSECHECK_COMPILED_COMPARE=0, FUSECHECK_CPU_CORE=0), `compiled` (the Inductor
+  kernel; its one-time compile is the first call), `cpu_core` (the C core on CPU; its first call builds it
+  into an empty cache), `auto` (the defaults: the C core on CPU).
 - read once: one reduction over each of the three tensors, the least any comparison must do; the
   effective bandwidth is the three tensors' bytes over fusecheck.compare's time.
 - assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
@@ -19,6 +20,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
-from fusecheck.compare import compare
+from fusecheck.compare import compare, cpu_core
 from fusecheck.compare.compiled import ENV
 
 
@@ -86,21 +88,27 @@ def read_once(res, ref, gold) -> None:
         t.sum(dtype=torch.float32 if t.dtype != torch.float64 else torch.float64)
 
 
-MODES = {"auto": None, "eager": "0", "compiled": "1"}
+MODES = {"auto": {}, "eager": {ENV: "0", cpu_core.ENV: "0"}, "compiled": {ENV: "1", cpu_core.ENV: "0"},
+         "cpu_core": {ENV: "0", cpu_core.ENV: "1"}}
+
+
+_SCRATCH = tempfile.TemporaryDirectory(prefix="fusecheck-bench-")  # cold caches, removed at exit
 
 
 def set_mode(mode: str) -> None:
-    if MODES[mode] is None:
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = MODES[mode]
+    for name in (ENV, cpu_core.ENV):
+        os.environ.pop(name, None)
+    os.environ.update(MODES[mode])
+    if mode == "cpu_core":  # a cold first call: the C core is built into an empty cache
+        os.environ[cpu_core.CACHE_ENV] = tempfile.mkdtemp(dir=_SCRATCH.name)
+        cpu_core.forget()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sizes", default="1e6,1.6e7")
-    ap.add_argument("--modes", default="auto", help="comma-separated: auto, eager, compiled")
+    ap.add_argument("--modes", default="auto", help="comma-separated: " + ", ".join(MODES))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (on a shared machine, 1 "
                     "avoids OpenMP spin-waits that make 2-thread timings swing 10-30x)")
@@ -110,7 +118,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     modes = args.modes.split(",")
     rows = [f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, bf16 result/eager, "
-            f"fp64 golden, median of {args.repeat}", "",
+            f"fp64 golden, median of {args.repeat}, load average at start {os.getloadavg()[0]:.2f}", "",
             "| elements | mode | fusecheck.compare (3 pairs, all metrics) | first call | effective read bandwidth "
             "| read once | assert_close (1 pair) | separate fp64 ops (3 pairs) | ratio to read once "
             "| ratio to assert_close | ratio to fp64 ops | extra memory: fusecheck / fp64 ops |",

@@ -48,6 +48,7 @@ SLOTS = ("n_finite", "a_nonfinite", "b_nonfinite", "b_nan", "nonfinite_mismatch"
          "small_n", "small_err", "small_max_abs", "rel_lt_1e-3", "rel_lt_5e-3", "mismatches", "bits_equal",
          "octave_n", "octave_max_abs")
 PARALLEL_MIN = 1 << 16  # fewer elements: one thread (a thread start costs more than it saves)
+CALL_ELEMS = 1 << 22  # elements per C call: Ctrl-C is seen between calls (~50 ms each)
 NONCONTIGUOUS_CHUNK = 1 << 20  # elements copied at a time from a non-contiguous tensor
 CHECK_ELEMS = 1 << 16  # first-call self-check against the torch core
 SUM_TOL = 1e-9
@@ -135,6 +136,14 @@ def library() -> ctypes.CDLL | None:
     return _lib
 
 
+def forget() -> None:
+    """Drop the loaded library and the self-checks (a benchmark's cold first call builds anew)."""
+    global _lib, _lib_error
+    with _lock:
+        _lib, _lib_error = None, None
+        _checked.clear()
+
+
 def _usable(tensors: list[torch.Tensor]) -> bool:
     return (enabled() and len(tensors) <= 3 and not torch.compiler.is_compiling()
             and all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu" and t.dtype in KINDS
@@ -183,13 +192,16 @@ def _contiguous_partials(lib, flats: list[torch.Tensor], pairs, fparams, iparams
     slots = lib.fc_n_slots()
 
     def part(lo, hi):
-        out = torch.empty(len(pairs), slots, dtype=torch.float64)
-        rc = lib.fc_partials(ptrs, kinds, len(flats), pair_arr, len(pairs), lo, hi, fparams.data_ptr(),
-                             iparams.data_ptr(), out.data_ptr())
-        if rc != 0:
-            raise RuntimeError(f"fc_partials returned {rc}")
-        return out
-    rows = torch.stack(_parallel(part, n))
+        rows = []
+        for start in range(lo, hi, CALL_ELEMS):
+            out = torch.empty(len(pairs), slots, dtype=torch.float64)
+            rc = lib.fc_partials(ptrs, kinds, len(flats), pair_arr, len(pairs), start, min(start + CALL_ELEMS, hi),
+                                 fparams.data_ptr(), iparams.data_ptr(), out.data_ptr())
+            if rc != 0:
+                raise RuntimeError(f"fc_partials returned {rc}")
+            rows.append(out)
+        return rows
+    rows = torch.stack([row for rows in _parallel(part, n) for row in rows])
     return torch.where(_sum_slots(slots), rows.sum(0), rows.amax(0))
 
 
