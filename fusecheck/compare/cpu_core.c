@@ -132,9 +132,12 @@ typedef struct {
     int64_t mant, min_eb, octave_base;
 } params;
 
-/* One pair over one block: scalar slots added to (or maxed into) `row`, octaves into `row` too. */
-static void pair_block(const double *restrict A, const double *restrict B, int64_t n, const params *P,
-                       double *restrict row) {
+/* One pair over one block: scalar slots added to (or maxed into) `row`, octaves into `row` too.
+ * `finite_only` (a constant at each call): both blocks hold finite values only, so the NaN/Inf masks fold
+ * away (the same expressions with fa = fb = 1, na = nb = 0; the common case, ~1/3 faster). */
+static inline __attribute__((always_inline)) void
+pair_block_impl(const double *restrict A, const double *restrict B, int64_t n, const params *P,
+                double *restrict row, const int finite_only) {
     double n_finite = 0, a_nf = 0, b_nf = 0, b_nan = 0, nf_mis = 0, sq_err = 0, max_abs = 0, max_rel = 0;
     double sum_rel = 0, sq_rel = 0, n_big = 0, dot = 0, a_sq = 0, b_sq = 0, ulp_max = 0, ulp_sum = 0;
     double ulp_gt1 = 0, small_n = 0, small_err = 0, small_max = 0, rel3 = 0, rel5 = 0, mism = 0;
@@ -148,8 +151,9 @@ static void pair_block(const double *restrict A, const double *restrict B, int64
     reduction(max : max_abs, max_rel, ulp_max, small_max)
     for (i = 0; i < n; i++) {
         double a = A[i], b = B[i];
-        int na = a != a, nb = b != b;
-        int fa = (a - a) == 0, fb = (b - b) == 0; /* finite: Inf - Inf and NaN - NaN are NaN */
+        int na = finite_only ? 0 : a != a, nb = finite_only ? 0 : b != b;
+        int fa = finite_only ? 1 : (a - a) == 0; /* finite: Inf - Inf and NaN - NaN are NaN */
+        int fb = finite_only ? 1 : (b - b) == 0;
         int fin = fa & fb;
         double af = fin ? a : 0.0, bf = fin ? b : 0.0;
         double d = __builtin_fabs(af - bf);
@@ -241,6 +245,22 @@ static void pair_block(const double *restrict A, const double *restrict B, int64
     }
 }
 
+static void pair_block_finite(const double *A, const double *B, int64_t n, const params *P, double *row) {
+    pair_block_impl(A, B, n, P, row, 1);
+}
+
+static void pair_block_any(const double *A, const double *B, int64_t n, const params *P, double *row) {
+    pair_block_impl(A, B, n, P, row, 0);
+}
+
+/* 1 when every value of the block is finite. */
+static int all_finite(const double *restrict x, int64_t n) {
+    int64_t i, bad = 0;
+#pragma omp simd reduction(+ : bad)
+    for (i = 0; i < n; i++) bad += (x[i] - x[i]) != 0;
+    return bad == 0;
+}
+
 /* Elements [start, end) of `nt` tensors (kinds[t], base pointers ptrs[t]) reduced for `np` pairs
  * (pairs[2p], pairs[2p+1] index the tensors). out: np rows of N_SLOTS, zeroed here. fparams: rtol, atol,
  * small_threshold, small_atol; iparams: mant, min_eb, octave_base. Returns 0, or -1 on bad arguments. */
@@ -249,16 +269,20 @@ int fc_partials(const void *const *ptrs, const int32_t *kinds, int32_t nt, const
     static __thread double bufs[3][BLOCK];
     params P = {fparams[0], fparams[1], fparams[2], fparams[3], iparams[0], iparams[1], iparams[2]};
     const double *blk[3];
+    int fin[3];
     int64_t b0, n, t, p;
     if (nt < 1 || nt > 3) return -1;
     memset(out, 0, sizeof(double) * N_SLOTS * np);
     for (b0 = start; b0 < end; b0 += BLOCK) {
         n = end - b0 < BLOCK ? end - b0 : BLOCK;
-        for (t = 0; t < nt; t++) blk[t] = load(kinds[t], ptrs[t], b0, n, bufs[t]);
+        for (t = 0; t < nt; t++) {
+            blk[t] = load(kinds[t], ptrs[t], b0, n, bufs[t]);
+            fin[t] = all_finite(blk[t], n);
+        }
         for (p = 0; p < np; p++) {
             int32_t ia = pairs[2 * p], ib = pairs[2 * p + 1];
             double *row = out + N_SLOTS * p;
-            pair_block(blk[ia], blk[ib], n, &P, row);
+            (fin[ia] && fin[ib] ? pair_block_finite : pair_block_any)(blk[ia], blk[ib], n, &P, row);
             if (kinds[ia] == kinds[ib]) row[S_BITS_EQUAL] += bits_equal(kinds[ia], ptrs[ia], ptrs[ib], b0, n);
         }
     }
