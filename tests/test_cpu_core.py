@@ -80,6 +80,8 @@ def test_every_accumulator_matches_the_torch_core(dtype, n, monkeypatch):
                    _params(torch.float16, rtol=2.0 ** -7, atol=2.0 ** -7, small_threshold=1.0)):
         _assert_same(cpu_core.walk(tensors, PAIRS, torch.float64, *params),
                      _torch_core(tensors, PAIRS, params), f"{dtype} n={n}")
+    assert cpu_core.finite_abs_max(tensors) == finite_abs_max(tensors, chunk_elems=fused.CPU_CHUNK_ELEMS)
+    assert cpu_core.finite_abs_max([torch.full((n,), math.nan, dtype=dtype)]) == 0.0
 
 
 def test_ties_octave_edges_and_overflow_match():
