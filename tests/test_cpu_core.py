@@ -68,8 +68,7 @@ FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("n", [1, 2, 1023, 1025, 9001])
 def test_every_accumulator_matches_the_torch_core(dtype, n, monkeypatch):
-    monkeypatch.setattr(cpu_core, "PARALLEL_MIN", 512)  # several threads on small tensors, with tails
-    monkeypatch.setattr(cpu_core, "CALL_ELEMS", 2048)  # several C calls per thread
+    monkeypatch.setattr(cpu_core, "PARALLEL_MIN", 512)  # several threads and pieces on small tensors, with tails
     gen = torch.Generator().manual_seed(n)
     g, ref, res = _wide(n, gen, dtype)
     tensors = [g, ref, res]
@@ -205,3 +204,19 @@ def test_the_build_is_cached_on_disk(fresh, monkeypatch):
     monkeypatch.setattr(cpu_core.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real_run(cmd, **kw))
     assert cpu_core._build(cpu_core._compiler()) == first
     assert first.stat().st_mtime_ns == stamp and all("--version" in c for c in calls)  # no second compile
+
+
+def test_pieces_cover_the_range_once_and_a_failure_reaches_the_caller(monkeypatch):
+    for n in (1, 1023, 1 << 16, (1 << 17) + 1, 10 ** 7 + 3):
+        threads, pieces = cpu_core._pieces(n)
+        assert pieces[0][0] == 0 and pieces[-1][1] == n and all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(hi - lo <= cpu_core.CALL_ELEMS for lo, hi in pieces) and 1 <= threads <= torch.get_num_threads()
+    monkeypatch.setattr(cpu_core, "PARALLEL_MIN", 1024)
+
+    def boom(lo, hi):
+        if lo > 0:
+            raise RuntimeError("planted")
+        return hi - lo
+    with pytest.raises(RuntimeError, match="planted"):
+        cpu_core._parallel(boom, 100_000)
+    assert sum(cpu_core._parallel(lambda lo, hi: hi - lo, 100_000)) == 100_000

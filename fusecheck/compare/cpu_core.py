@@ -47,8 +47,9 @@ SLOTS = ("n_finite", "a_nonfinite", "b_nonfinite", "b_nan", "nonfinite_mismatch"
          "max_rel", "sum_rel", "sq_rel", "n_big", "dot", "a_sq", "b_sq", "ulp_max", "ulp_sum", "ulp_gt1",
          "small_n", "small_err", "small_max_abs", "rel_lt_1e-3", "rel_lt_5e-3", "mismatches", "bits_equal",
          "octave_n", "octave_max_abs")
-PARALLEL_MIN = 1 << 16  # fewer elements: one thread (a thread start costs more than it saves)
-CALL_ELEMS = 1 << 22  # elements per C call: Ctrl-C is seen between calls (~50 ms each)
+PARALLEL_MIN = 1 << 16  # elements per piece at least (a thread start or a C call costs more below)
+CALL_ELEMS = 1 << 22  # elements per C call at most: Ctrl-C is seen between calls (~50 ms each)
+PIECES_PER_THREAD = 8  # pieces handed out in turn: on a shared machine a slowed thread takes fewer
 NONCONTIGUOUS_CHUNK = 1 << 20  # elements copied at a time from a non-contiguous tensor
 CHECK_ELEMS = 1 << 16  # first-call self-check against the torch core
 SUM_TOL = 1e-9
@@ -150,25 +151,41 @@ def _usable(tensors: list[torch.Tensor]) -> bool:
                     for t in tensors))
 
 
-def _ranges(n: int) -> list[tuple[int, int]]:
-    parts = 1 if n < PARALLEL_MIN else max(1, min(torch.get_num_threads(), n // PARALLEL_MIN))
-    bounds = [n * i // parts // 1024 * 1024 for i in range(parts)] + [n]
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+def _pieces(n: int) -> tuple[int, list[tuple[int, int]]]:
+    """(threads, ranges): ~PIECES_PER_THREAD ranges per thread, each within [PARALLEL_MIN, CALL_ELEMS]
+    elements (bar the last) and a multiple of the C block."""
+    threads = 1 if n < 2 * PARALLEL_MIN else max(1, min(torch.get_num_threads(), n // PARALLEL_MIN))
+    size = max(1024, min(max(n // (threads * PIECES_PER_THREAD), PARALLEL_MIN), CALL_ELEMS) // 1024 * 1024)
+    return threads, [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
 def _parallel(fn, n: int) -> list:
-    """fn(lo, hi) over a split of [0, n), one thread per part (the calling thread takes the first)."""
-    parts = _ranges(n)
-    results: list = [None] * len(parts)
+    """[fn(lo, hi) for each piece of [0, n)], the pieces taken in turn by the threads (the calling thread is
+    one of them): a thread that other processes slow down takes fewer pieces instead of holding up all."""
+    threads, pieces = _pieces(n)
+    results: list = [None] * len(pieces)
+    todo = iter(range(len(pieces)))
+    lock = threading.Lock()
+    failed: list[BaseException] = []
 
-    def work(i):
-        results[i] = fn(*parts[i])
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(1, len(parts))]
-    for t in threads:
+    def work():
+        while not failed:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                results[i] = fn(*pieces[i])
+            except BaseException as e:  # re-raised by the calling thread
+                failed.append(e)
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(pieces)) - 1)]
+    for t in helpers:
         t.start()
-    work(0)
-    for t in threads:
+    work()
+    for t in helpers:
         t.join()
+    if failed:
+        raise failed[0]
     return results
 
 
@@ -192,16 +209,13 @@ def _contiguous_partials(lib, flats: list[torch.Tensor], pairs, fparams, iparams
     slots = lib.fc_n_slots()
 
     def part(lo, hi):
-        rows = []
-        for start in range(lo, hi, CALL_ELEMS):
-            out = torch.empty(len(pairs), slots, dtype=torch.float64)
-            rc = lib.fc_partials(ptrs, kinds, len(flats), pair_arr, len(pairs), start, min(start + CALL_ELEMS, hi),
-                                 fparams.data_ptr(), iparams.data_ptr(), out.data_ptr())
-            if rc != 0:
-                raise RuntimeError(f"fc_partials returned {rc}")
-            rows.append(out)
-        return rows
-    rows = torch.stack([row for rows in _parallel(part, n) for row in rows])
+        out = torch.empty(len(pairs), slots, dtype=torch.float64)
+        rc = lib.fc_partials(ptrs, kinds, len(flats), pair_arr, len(pairs), lo, hi, fparams.data_ptr(),
+                             iparams.data_ptr(), out.data_ptr())
+        if rc != 0:
+            raise RuntimeError(f"fc_partials returned {rc}")
+        return out
+    rows = torch.stack(_parallel(part, n))
     return torch.where(_sum_slots(slots), rows.sum(0), rows.amax(0))
 
 
