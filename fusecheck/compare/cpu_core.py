@@ -24,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -64,8 +65,10 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+def _compiler() -> list[str]:
+    """$CC (it may carry words: "ccache gcc"), else the first of cc, gcc, clang on the PATH."""
+    named = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang") or "cc"
+    return shlex.split(named)
 
 
 def _cpu_id() -> str:
@@ -84,11 +87,12 @@ def cache_dir() -> Path:
     return Path(base).expanduser()
 
 
-def _build(cc: str) -> Path:
+def _build(cc: list[str]) -> Path:
     """The shared library for this source, compiler and CPU: from the cache, or compiled into it."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode(), _cpu_id().encode()]))
+    parts = [source, " ".join(FLAGS).encode(), " ".join(cc).encode(), version.encode(), _cpu_id().encode()]
+    key = hashlib.sha256(b"\0".join(parts))
     target = cache_dir() / f"cpu_core-{key.hexdigest()[:20]}.so"
     if target.exists():
         return target
@@ -96,18 +100,18 @@ def _build(cc: str) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
         for flags in (FLAGS, PORTABLE_FLAGS):
-            done = subprocess.run([cc, *flags, "-o", str(out), str(SOURCE)], capture_output=True, text=True,
+            done = subprocess.run([*cc, *flags, "-o", str(out), str(SOURCE)], capture_output=True, text=True,
                                   timeout=300)
             if done.returncode == 0:
                 break
         else:
-            raise RuntimeError(f"{cc} failed: {done.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{' '.join(cc)} failed: {done.stderr.strip()[-500:]}")
         os.replace(out, target)  # atomic: a concurrent process sees the whole library or none
     return target
 
 
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_build(_compiler() or "cc")))
+    lib = ctypes.CDLL(str(_build(_compiler())))
     lib.fc_n_slots.restype = ctypes.c_int
     lib.fc_partials.restype = ctypes.c_int
     lib.fc_partials.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
