@@ -163,10 +163,11 @@ def _mutant(fresh, monkeypatch, old, new):
 def test_a_miscompiled_core_is_caught_by_the_self_check(fresh, monkeypatch):
     # planted bug: a tie on the mismatch bound counted as a mismatch (>= for >)
     _mutant(fresh, monkeypatch, "d > atol + rtol * babs", "d >= atol + rtol * babs")
+    monkeypatch.setattr(cpu_core, "_self_test", lambda lib: None)  # as if the load-time self-test missed it
     b = torch.ones(5000, dtype=torch.float64)
     a = (b * (1 + 2.0 ** -6)).bfloat16()  # |a - b| = atol + rtol * |b| exactly
     params = _params(torch.bfloat16, rtol=2.0 ** -7, atol=2.0 ** -7)
-    with pytest.warns(UserWarning, match="disagreed"):
+    with pytest.warns(UserWarning, match="the C comparison core disagreed"):  # the per-dtype first-chunk check
         assert cpu_core.walk([b, a], ((1, 0),), torch.float64, *params) is None
     assert cpu_core.walk([b, a], ((1, 0),), torch.float64, *params) is None  # the torch core, from now on
     want = _torch_core([b, a], ((1, 0),), params)
@@ -220,3 +221,21 @@ def test_pieces_cover_the_range_once_and_a_failure_reaches_the_caller(monkeypatc
     with pytest.raises(RuntimeError, match="planted"):
         cpu_core._parallel(boom, 100_000)
     assert sum(cpu_core._parallel(lambda lo, hi: hi - lo, 100_000)) == 100_000
+
+
+def test_the_load_time_self_test_catches_the_tie_bug_too(fresh, monkeypatch):
+    _mutant(fresh, monkeypatch, "d > atol + rtol * babs", "d >= atol + rtol * babs")
+    with pytest.warns(UserWarning, match="self-test disagreed"):
+        assert cpu_core.library() is None
+
+
+def test_a_broken_nan_path_is_caught_before_any_nan_arrives(fresh, monkeypatch):
+    # planted bug: NaN in the expected tensor counted from the actual one; the user's data is all finite,
+    # so only the library's own self-test at load can see it
+    _mutant(fresh, monkeypatch, "b_nan += nb;", "b_nan += na;")
+    x = torch.randn(5000)
+    with pytest.warns(UserWarning, match="self-test disagreed"):
+        got = compare(x * 1.001, x, x.double())
+    monkeypatch.setenv(cpu_core.ENV, "0")
+    want = compare(x * 1.001, x, x.double())
+    assert got.vs_golden.values == want.vs_golden.values and cpu_core.library() is None

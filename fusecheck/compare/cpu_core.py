@@ -13,15 +13,17 @@ Threads: the flat range is split into torch.get_num_threads() parts, one Python 
 library through ctypes (which releases the GIL); per-thread rows are combined after (sum or max per entry).
 Nothing per element is kept: memory is a 24 KiB buffer per thread, or one chunk for a non-contiguous tensor.
 
-Never a false PASS: the first call of each dtype combination is also reduced by the torch core on its
-first chunk and must agree (counts and maxima exactly, sums to 1e-9), else the torch core answers for the
-rest of the process. No compiler, a failed build or `FUSECHECK_CPU_CORE=0`: the torch core, with one
-warning (none for the opt-out).
+Never a false PASS: at load the library reduces fixed data with every special value (NaN, +-Inf, +-0,
+subnormals, ties, all-finite blocks) and must agree with the torch core; then the first call of each dtype
+combination is also reduced by the torch core on its first chunk and must agree (counts and maxima
+exactly, sums to 1e-9), else the torch core answers for the rest of the process. No compiler, a failed
+build or self-test, or `FUSECHECK_CPU_CORE=0`: the torch core, with one warning (none for the opt-out).
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shlex
@@ -124,7 +126,32 @@ def _load() -> ctypes.CDLL:
     if lib.fc_n_slots() != sum(sizes.values()) or any(sizes.get(n) != a.size for n, a in ACCUMULATORS.items()
                                                        if n != "numel"):
         raise RuntimeError("cpu_core.c's slots do not match metrics.ACCUMULATORS")
+    _self_test(lib)
     return lib
+
+
+def _self_test(lib: ctypes.CDLL) -> None:
+    """Every path of the library against the torch core once, on fixed data with NaN, +-Inf, +-0,
+    subnormals, threshold ties and an all-finite stretch: a user's first chunk (the per-dtype check in
+    `walk`) may hold no NaN at all, and a miscompiled NaN path must not wait for one to show."""
+    from fusecheck.compare import fused
+
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(4096, dtype=torch.float64, generator=gen) * torch.exp2(torch.randint(-30, 10, (4096,), generator=gen).double())
+    specials = torch.tensor([0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 2.0 ** -1030, 2.0 ** -20, 1.0, 1e308])
+    g[2048::97] = specials.double().repeat(3)[:len(range(2048, 4096, 97))]  # the first half stays finite
+    r = g * (1 + 1e-2 * torch.randn(4096, dtype=torch.float64, generator=gen))
+    r[3000::89] = math.nan
+    r[3001::101] = -math.inf
+    mant, min_eb = 7, -126
+    fparams, iparams = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=2.0 ** -7, atol=2.0 ** -7,
+                                    small_threshold=2.0 ** -20, small_atol=2.0 ** -7, octave_base=-20)
+    for eager, result in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float16)):
+        tensors = [g, g.to(eager), r.to(result)]
+        pairs = ((2, 1), (2, 0), (1, 0))
+        if not _agree(_rows(lib, tensors, pairs, fparams, iparams), fused.chunk_partials(tensors, pairs, torch.float64,
+                                                                                       fparams, iparams)):
+            raise RuntimeError(f"its self-test disagreed with the torch core ({result}, {eager}, float64)")
 
 
 def library() -> ctypes.CDLL | None:
