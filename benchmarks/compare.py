@@ -1,7 +1,8 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,cpu_core] [--out results.md]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,cpu_core]
+                                 [--threads N] [--out results.md]
 
 What each contender computes:
 - fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked. Modes:

@@ -46,8 +46,10 @@ def _assert_same(fast, want, where=""):
 
 def _wide(n, gen, dtype):
     """fp64 golden with wide magnitudes, planted specials; eager and result in `dtype` with noise."""
-    g = torch.randn(n, dtype=torch.float64, generator=gen) * torch.exp2(torch.randint(-30, 12, (n,), generator=gen).double())
-    specials = (0.0, -0.0, 1e-30, 5e-324, 2.0 ** -1030, math.nan, math.inf, -math.inf, 2.0 ** -20, 2.0 ** -19, 1.0, 0.5)
+    scale = torch.exp2(torch.randint(-30, 12, (n,), generator=gen).double())
+    g = torch.randn(n, dtype=torch.float64, generator=gen) * scale
+    specials = (0.0, -0.0, 1e-30, 5e-324, 2.0 ** -1030, math.nan, math.inf, -math.inf, 2.0 ** -20, 2.0 ** -19, 1.0,
+                0.5)
     for value in specials:
         g[torch.rand(n, generator=gen) < 0.01] = value
     r = g * (1 + 1e-2 * torch.randn(n, dtype=torch.float64, generator=gen))
@@ -182,7 +184,8 @@ def test_the_equivalence_check_would_see_a_wrong_octave(fresh, monkeypatch):
     g, ref, res = _wide(3000, gen, torch.bfloat16)
     params = _params()
     with pytest.raises(AssertionError, match="octave_n"):
-        _assert_same(cpu_core.walk([g, ref, res], PAIRS, torch.float64, *params), _torch_core([g, ref, res], PAIRS, params))
+        _assert_same(cpu_core.walk([g, ref, res], PAIRS, torch.float64, *params),
+                     _torch_core([g, ref, res], PAIRS, params))
 
 
 def test_no_compiler_falls_back_with_one_warning(fresh, monkeypatch):

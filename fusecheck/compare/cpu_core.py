@@ -137,20 +137,20 @@ def _self_test(lib: ctypes.CDLL) -> None:
     from fusecheck.compare import fused
 
     gen = torch.Generator().manual_seed(0)
-    g = torch.randn(4096, dtype=torch.float64, generator=gen) * torch.exp2(torch.randint(-30, 10, (4096,), generator=gen).double())
-    specials = torch.tensor([0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 2.0 ** -1030, 2.0 ** -20, 1.0, 1e308])
-    g[2048::97] = specials.double().repeat(3)[:len(range(2048, 4096, 97))]  # the first half stays finite
+    scale = torch.exp2(torch.randint(-30, 10, (4096,), generator=gen).double())
+    g = torch.randn(4096, dtype=torch.float64, generator=gen) * scale
+    specials = [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 2.0 ** -1030, 2.0 ** -20, 1.0, 1e308]
+    g[2048::97] = torch.tensor(specials * 3, dtype=torch.float64)[:len(range(2048, 4096, 97))]  # 1st half finite
     r = g * (1 + 1e-2 * torch.randn(4096, dtype=torch.float64, generator=gen))
     r[3000::89] = math.nan
     r[3001::101] = -math.inf
-    mant, min_eb = 7, -126
-    fparams, iparams = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=2.0 ** -7, atol=2.0 ** -7,
+    fparams, iparams = fused.params(torch.float64, mant=7, min_eb=-126, rtol=2.0 ** -7, atol=2.0 ** -7,
                                     small_threshold=2.0 ** -20, small_atol=2.0 ** -7, octave_base=-20)
+    pairs = ((2, 1), (2, 0), (1, 0))
     for eager, result in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float16)):
         tensors = [g, g.to(eager), r.to(result)]
-        pairs = ((2, 1), (2, 0), (1, 0))
-        if not _agree(_rows(lib, tensors, pairs, fparams, iparams), fused.chunk_partials(tensors, pairs, torch.float64,
-                                                                                       fparams, iparams)):
+        want = fused.chunk_partials(tensors, pairs, torch.float64, fparams, iparams)
+        if not _agree(_rows(lib, tensors, pairs, fparams, iparams), want):
             raise RuntimeError(f"its self-test disagreed with the torch core ({result}, {eager}, float64)")
 
 
@@ -317,7 +317,8 @@ def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:
     tensors = [t.detach().resolve_neg() for t in tensors]
     whole = all(t.is_contiguous() for t in tensors)
     best = 0.0
-    for chunk in ([t.reshape(-1) for t in tensors],) if whole else iter_aligned_chunks(tensors, NONCONTIGUOUS_CHUNK):
+    chunks = [[t.reshape(-1) for t in tensors]] if whole else iter_aligned_chunks(tensors, NONCONTIGUOUS_CHUNK)
+    for chunk in chunks:
         for flat in chunk:
             flat = flat.contiguous()
             ptr, kind = flat.data_ptr(), KINDS[flat.dtype]
