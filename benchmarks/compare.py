@@ -1,14 +1,15 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,triton]
-                                 [--out results.md]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,triton,cpu_core]
+                                 [--threads N] [--out results.md]
 
 What each contender computes:
 - fusecheck.compare: result vs eager vs golden — three pairs, ~19 metrics each, verdict; chunked. Modes:
-  `eager` (FUSECHECK_COMPILED_COMPARE=0, FUSECHECK_TRITON_COMPARE=0), `compiled` (the Inductor kernel; its
-  one-time compile is reported apart), `triton` (the hand-written Triton kernel, CUDA only; its first call
-  compiles and self-checks), `auto` (the defaults: Triton on CUDA, eager on CPU).
+  `eager` (the torch core: FUSECHECK_COMPILED_COMPARE=0, FUSECHECK_TRITON_COMPARE=0, FUSECHECK_CPU_CORE=0),
+  `compiled` (the Inductor kernel; its one-time compile is the first call), `triton` (the hand-written Triton
+  kernel, CUDA only; its first call compiles and self-checks), `cpu_core` (the C core on CPU; its first call
+  builds it into an empty cache), `auto` (the defaults: Triton on CUDA, the C core on CPU).
 - read once: one reduction over each of the three tensors, the least any comparison must do; the
   effective bandwidth is the three tensors' bytes over fusecheck.compare's time.
 - assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
@@ -21,6 +22,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,8 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
-from fusecheck.compare import compare
-from fusecheck.compare import compiled, triton_core
+from fusecheck.compare import compare, compiled, cpu_core, triton_core
 
 
 def naive_metrics(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
@@ -89,14 +90,21 @@ def read_once(res, ref, gold) -> None:
 
 
 # mode -> the switches it sets (the others unset: their defaults)
-MODES = {"auto": {}, "eager": {compiled.ENV: "0", triton_core.ENV: "0"},
-         "compiled": {compiled.ENV: "1", triton_core.ENV: "0"}, "triton": {compiled.ENV: "0", triton_core.ENV: "1"}}
+_OFF = {compiled.ENV: "0", triton_core.ENV: "0", cpu_core.ENV: "0"}
+MODES = {"auto": {}, "eager": dict(_OFF), "compiled": {**_OFF, compiled.ENV: "1"},
+         "triton": {**_OFF, triton_core.ENV: "1"}, "cpu_core": {**_OFF, cpu_core.ENV: "1"}}
+
+
+_SCRATCH = tempfile.TemporaryDirectory(prefix="fusecheck-bench-")  # cold caches, removed at exit
 
 
 def set_mode(mode: str) -> None:
-    for name in (compiled.ENV, triton_core.ENV):
+    for name in _OFF:
         os.environ.pop(name, None)
     os.environ.update(MODES[mode])
+    if mode == "cpu_core":  # a cold first call: the C core is built into an empty cache
+        os.environ[cpu_core.CACHE_ENV] = tempfile.mkdtemp(dir=_SCRATCH.name)
+        cpu_core.forget()
 
 
 def main() -> None:
@@ -113,7 +121,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     modes = args.modes.split(",")
     rows = [f"device: {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, bf16 result/eager, "
-            f"fp64 golden, median of {args.repeat}", "",
+            f"fp64 golden, median of {args.repeat}, load average at start {os.getloadavg()[0]:.2f}", "",
             "| elements | mode | fusecheck.compare (3 pairs, all metrics) | first call | effective read bandwidth "
             "| read once | assert_close (1 pair) | separate fp64 ops (3 pairs) | ratio to read once "
             "| ratio to assert_close | ratio to fp64 ops | extra memory: fusecheck / fp64 ops |",

@@ -360,3 +360,17 @@ def test_small_entries_of_a_noisy_gradient_are_judged_against_its_noise():
     c = compare(compiled.float(), eager.float(), g)
     assert c.vs_golden.small_value_max_abs > 10 * c.reference_vs_golden.small_value_max_abs
     assert c.verdict.status is Status.PASS, c.verdict.message
+
+
+def test_the_finite_and_nan_scans_look_past_the_first_chunk():
+    """The structural scans stop at the first chunk that answers; one that looked at the first chunk only
+    would call a tensor whose only finite value comes late all-NaN (a false error, or a missed one)."""
+    n = 3 * (1 << 16) + 5  # CPU chunks of 64 Ki: the finite values sit in the last, short one
+    golden = torch.full((n,), math.nan, dtype=torch.float64)
+    golden[-3:] = 1.0
+    late = golden.float()
+    c = compare(late.clone(), late, golden)
+    assert c.verdict.code not in ("golden_all_nan", "no_finite_values", "nan_inf_mismatch")
+    assert c.passed
+    golden[-3:] = math.nan
+    assert compare(late.clone(), late, golden).verdict.code == "golden_all_nan"

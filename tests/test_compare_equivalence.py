@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from fusecheck.compare import compare, compiled, triton_core
+from fusecheck.compare import compare, compiled, cpu_core, triton_core
 from fusecheck.compare.metrics import multi_pair_metrics
 from fusecheck.compare.scale import finite_abs_max
 from fusecheck.compare.verdict import judge
@@ -115,6 +115,7 @@ def stub_compiled(monkeypatch):
     """The compiled path with a tiny chunk and the eager function standing in for the Inductor kernel
     (optionally corrupted): exercises padding, its correction and the self-check without a compile."""
     monkeypatch.setenv(compiled.ENV, "1")
+    monkeypatch.setenv(cpu_core.ENV, "0")  # the C core would answer first on CPU
     monkeypatch.setitem(compiled.CHUNK_ELEMS, "cpu", 64)
     monkeypatch.setattr(compiled, "_kernels", {})
 
@@ -179,6 +180,7 @@ def test_a_failing_compile_falls_back_to_eager(stub_compiled, monkeypatch):
 def test_the_real_compiled_kernel_matches_the_per_pair_core(device, monkeypatch):
     monkeypatch.setenv(compiled.ENV, "1")
     monkeypatch.setenv(triton_core.ENV, "0")  # on CUDA the Triton core would answer first
+    monkeypatch.setenv(cpu_core.ENV, "0")
     n = compiled.chunk_elems(torch.device(device)) + 4097  # one full chunk and a padded tail
     gen = torch.Generator().manual_seed(5)
     g, ref, res = _values(n, torch.bfloat16, gen)

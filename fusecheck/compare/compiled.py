@@ -15,8 +15,8 @@ Why this shape:
   from a miscompiled reduction.
 On by default on CUDA for tensors of >= 2^24 elements (one compile per dtype combination and process, its
 time on the H200 not measured yet; Inductor's on-disk cache shortens later processes); on CPU only with
-FUSECHECK_COMPILED_COMPARE=1 (2 shared cores: 27-115 s to compile, then 2-2.5x faster than eager at 1.6e7
-elements; docs/benchmarks.md).
+FUSECHECK_COMPILED_COMPARE=1 and the C core off (FUSECHECK_CPU_CORE=0: `cpu_core.py` answers first; 2 shared
+cores: 27-115 s to compile, then 2-2.5x faster than eager at 1.6e7 elements; docs/benchmarks.md).
 """
 from __future__ import annotations
 

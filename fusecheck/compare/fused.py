@@ -185,8 +185,13 @@ def _triton_core(tensors, pairs, acc, fparams, iparams):
     return triton_core.walk(tensors, pairs, acc, fparams, iparams)
 
 
+def _cpu_core(tensors, pairs, acc, fparams, iparams):
+    from fusecheck.compare import cpu_core
+    return cpu_core.walk(tensors, pairs, acc, fparams, iparams)
+
+
 # device type -> a hand-written core with `walk`'s result, or None where it does not apply (dtype, build)
-FAST_CORES: dict[str, Callable] = {"cuda": _triton_core}
+FAST_CORES: dict[str, Callable] = {"cpu": _cpu_core, "cuda": _triton_core}
 
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,

@@ -24,8 +24,13 @@ def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
 
 
+def _cpu_abs_max(tensors: list[torch.Tensor]) -> float | None:
+    from fusecheck.compare import cpu_core
+    return cpu_core.finite_abs_max(tensors)
+
+
 # device type -> a hand-written finite_abs_max, or None where it does not apply (as fused.FAST_CORES)
-FAST_ABS_MAX: dict[str, Callable] = {"cuda": triton_core.finite_abs_max}
+FAST_ABS_MAX: dict[str, Callable] = {"cpu": _cpu_abs_max, "cuda": triton_core.finite_abs_max}
 
 
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
