@@ -132,7 +132,7 @@ def _load() -> ctypes.CDLL:
 
 def _self_test(lib: ctypes.CDLL) -> None:
     """Every path of the library against the torch core once, on fixed data with NaN, +-Inf, +-0,
-    subnormals, threshold ties and an all-finite stretch: a user's first chunk (the per-dtype check in
+    subnormals, exact threshold ties and an all-finite stretch: a user's first chunk (the per-dtype check in
     `walk`) may hold no NaN at all, and a miscompiled NaN path must not wait for one to show."""
     from fusecheck.compare import fused
 
@@ -144,6 +144,11 @@ def _self_test(lib: ctypes.CDLL) -> None:
     r = g * (1 + 1e-2 * torch.randn(4096, dtype=torch.float64, generator=gen))
     r[3000::89] = math.nan
     r[3001::101] = -math.inf
+    # exact ties at rtol = atol = small_atol = 2^-7: the mismatch bound, the small-value error, ULP = 1
+    ties = [(1.0, 1 + 2.0 ** -6), (0.0, 2.0 ** -7), (1.0, 1 + 2.0 ** -7), (2.0 ** -20, 2.0 ** -20)]
+    for start in (100, 2100):  # in the all-finite half and in the other
+        for i, (expected, actual) in enumerate(ties):
+            g[start + i], r[start + i] = expected, actual
     fparams, iparams = fused.params(torch.float64, mant=7, min_eb=-126, rtol=2.0 ** -7, atol=2.0 ** -7,
                                     small_threshold=2.0 ** -20, small_atol=2.0 ** -7, octave_base=-20)
     pairs = ((2, 1), (2, 0), (1, 0))
