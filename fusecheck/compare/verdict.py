@@ -116,15 +116,17 @@ class Judged:
 
 @dataclass(frozen=True)
 class RatioCheck:
-    """err(result) <= ratio * max(err(reference), floor); `floor` keeps a near-zero eager error from
-    turning float noise into a failure. `worse` decides, given that bound (counts use a significance test).
-    `assess`, when set, replaces the whole-tensor comparison (MaxRel is judged per octave)."""
+    """err(result) <= ratio * max(err(reference), floor), or with `additive` ratio * err(reference) + floor;
+    `floor` keeps a near-zero eager error from turning float noise into a failure. `worse` decides, given
+    that bound (counts use a significance test). `assess`, when set, replaces the whole-tensor comparison
+    (MaxRel is judged per octave)."""
 
     metric: str
     ratio: Callable[[Ratios, float], float]  # (ratios, numel) -> allowed factor
     floor: Callable[[Tolerance, Metrics], float]
     worse: Callable[..., bool] = _worse  # (ours, bound, theirs, ratio, ratios, *, result, reference)
     assess: Callable[..., tuple[float, str | None]] | None = None  # (check, result, reference, Judged)
+    additive: bool = False
 
     def evaluate(self, name: str, result: Metrics, reference: Metrics, ctx: Judged) -> tuple[float, str | None]:
         """(ratio to the limit, failure text or None)."""
@@ -132,7 +134,8 @@ class RatioCheck:
             return self.assess(self, result, reference, ctx)
         ours, theirs = getattr(result, self.metric), getattr(reference, self.metric)
         ratio = self.ratio(ctx.policy.ratios, ctx.numel)
-        bound = ratio * max(theirs, self.floor(ctx.tolerance, reference))
+        floor = self.floor(ctx.tolerance, reference)
+        bound = ratio * theirs + floor if self.additive else ratio * max(theirs, floor)
         share = ours / bound if bound else (0.0 if ours == 0 else math.inf)
         if self.worse(ours, bound, theirs, ratio, ctx.policy.ratios, result=result, reference=reference):
             return share, f"{name} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio {ratio:g})"
@@ -148,9 +151,13 @@ def _max_rel_by_octave(check: RatioCheck, result: Metrics, reference: Metrics, c
 
 
 RATIO_CHECKS: dict[str, RatioCheck] = {
-    # torch.same uses tol/10 as the RMSE floor; we do the same with the policy's atol.
+    # torch.same's rule: rmse(res) <= m * rmse(ref) + tol / 10, with the policy's (scaled) atol as tol. The
+    # added tenth of atol is the output's rounding granularity at the tensor's scale: an excess below it is
+    # no evidence (measured: a 32-element bf16 batch-norm weight gradient of ResNet, values up to 2.2, RMSE
+    # 2.9e-3 compiled vs 9.2e-4 eager on CUDA, both below one bf16 step (7.8e-3) of its largest values;
+    # torch's rule passes it, the earlier max(eager, floor) form failed it, on 1 of 280 stock-Inductor runs)
     "rmse": RatioCheck("rmse", lambda r, n: r.small_tensor_rmse if n < r.small_tensor_numel else r.rmse,
-                       lambda t, m: t.atol / 10),
+                       lambda t, m: t.atol / 10, additive=True),
     # the excess must exceed the spread of the relative errors (one near-zero element is not a verdict)
     "mean_rel": RatioCheck("mean_rel", lambda r, n: r.mean_rel, lambda t, m: t.rtol / 10, _mean_significantly_worse),
     # per octave of |golden|, beyond chance at that octave's element count (compare/octaves.py): one
