@@ -270,7 +270,8 @@ def tables(rows: list[dict]) -> str:
     st = []
     for (model, dtype, mode), rs in sorted(groups.items(), key=lambda kv: (MODELS.index(kv[0][0]), kv[0][1:])):
         fails = sorted(r["seed"] for r in rs if r["status"] != "PASS")
-        st.append([model, dtype, mode, len(rs), f"{len(fails)}" + (f" (seeds {','.join(map(str, fails))})" if fails else ""),
+        failed = f"{len(fails)}" + (f" (seeds {','.join(map(str, fails))})" if fails else "")
+        st.append([model, dtype, mode, len(rs), failed,
                    sum(bool(r["rmse_only_fails"]) for r in rs),
                    sum(any("near-tied" in n for n in r.get("decisions", [])) for r in rs),
                    *[round(max(r["margins"].get(c, 0.0) for r in rs), 2) for c in CHECKS]])

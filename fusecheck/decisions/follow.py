@@ -1,6 +1,6 @@
 """Eager's choices recorded at dispatch, and the golden made to follow a run's choices at near-ties.
 
-`Recorder` keeps, per decision call of the eager run, its input and the indices chosen. `Follower` runs
+`Recorder` keeps, per decision call of the eager run, its input and what it chose. `Follower` runs
 under the golden: at the i-th decision call it compares the golden's choice with the run's, and where they
 differ it takes the run's choice on the rows where the two are tied: the golden's values of the two choices
 differ by at most `sides x tie x E` (for a relu: the golden's input is that close to 0), E being eager's
@@ -24,8 +24,8 @@ from fusecheck.digest import digest
 @dataclass
 class Call:
     op: str
-    input: torch.Tensor      # eager's input to the decision (recorded only for eager)
-    indices: torch.Tensor
+    input: torch.Tensor      # eager's input to the decision
+    choice: torch.Tensor     # what it chose: indices, or a relu's mask
 
 
 def _input(func, args) -> torch.Tensor:
@@ -49,7 +49,8 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)
         x = args[0].detach().clone()  # stored, and taken before an in-place relu_ overwrites it
         out = func(*args, **kwargs)
-        self.calls.append(Call(func.overloadpacket.__name__, x, spec.choice(bound_args(func, args, kwargs), out).detach().clone()))
+        choice = spec.choice(bound_args(func, args, kwargs), out).detach().clone()
+        self.calls.append(Call(func.overloadpacket.__name__, x, choice))
         return out
 
 
@@ -81,17 +82,18 @@ class Followed:
     def notes(self) -> list[str]:
         out = []
         if self.misaligned:
-            out.append(f"decisions: {self.run}'s choices could not be lined up with the golden's ({self.misaligned}); "
-                       "the golden kept its own")
+            out.append(f"decisions: {self.run}'s choices could not be lined up with the golden's "
+                       f"({self.misaligned}); the golden kept its own")
         if self.followed_rows:
-            out.append(f"decisions: {self.run} chose differently from the fp64 golden at {self.followed_rows} near-tied "
-                       f"row(s) of {len(self.followed_calls)} decision(s) (topk/sort/argmax/relu/max-pool; largest golden gap "
-                       f"{self.largest_gap:.3g}, within its limit {self.its_limit:.3g} = 2 x ratios.decision_tie x "
-                       f"eager's largest error at that input): {self.run} is judged against a golden that takes the same choices")
+            out.append(f"decisions: {self.run} chose differently from the fp64 golden at {self.followed_rows} "
+                       f"near-tied row(s) of {len(self.followed_calls)} decision(s) (topk/sort/argmax/relu/max-pool; "
+                       f"largest golden gap {self.largest_gap:.3g}, within its limit {self.its_limit:.3g}: "
+                       "ratios.decision_tie x eager's largest error at that input, x2 where two values swap): "
+                       f"{self.run} is judged against a golden that takes the same choices")
         if self.refused_rows:
             out.append(f"decisions: {self.run} chose differently from the golden at {self.refused_rows} row(s) of "
-                       f"{len(self.refused_calls)} decision(s) where the choices are not tied (gap {self.smallest_refused:.3g}x "
-                       "its limit or more): the golden keeps its own choice there")
+                       f"{len(self.refused_calls)} decision(s) where the choices are not tied "
+                       f"(gap {self.smallest_refused:.3g}x its limit or more): the golden keeps its own choice there")
         return out
 
 

@@ -2,8 +2,9 @@
 
 Experts 0 and 1 have identical router columns, so every token's scores for them tie exactly (in fp64 and in
 the run dtype); `nudge` moves the two apart by a benign 1e-6 relative inside the compiled graph only (what a
-different summation order does), which flips half those ties whichever way topk breaks them. `misroute` is a bug: every fourth
-token's best expert is masked out inside the compiled graph, so it goes to its runner-up whatever the gap.
+different summation order does), which flips half those ties whichever way topk breaks them. `misroute` is a
+bug: every fourth token's best expert is masked out inside the compiled graph, so it goes to its runner-up
+whatever the gap.
 """
 from __future__ import annotations
 
