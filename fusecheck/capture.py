@@ -37,7 +37,8 @@ def _op_name(node: torch.fx.Node) -> str:
 @dataclass
 class GraphCapture:
     """Callable dynamo backend: records the graph, then hands it to `backend`. With `decisions` (a list),
-    the indices of each topk/sort/argmax in the graph are appended to it at every call (decisions/tap.py)."""
+    the choice of each decision in the graph (topk/sort/argmax indices, relu masks, max-pool argmaxes) is
+    appended to it at every call (decisions/tap.py)."""
 
     backend: Callable[..., Any]
     graphs: list[CapturedGraph] = field(default_factory=list)

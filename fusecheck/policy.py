@@ -91,11 +91,11 @@ class Ratios:
     # report only: a PASS by tolerance whose compiled RMSE (against the golden) exceeds this many times
     # eager's says so in its message; eager's RMSE ratio to itself is 1, and 1.5 flags what is worth reading
     note_rmse: float = 1.5
-    # a discrete decision (topk routing, sort, argmax) that a run takes differently from the golden is a
-    # near-tie, and the golden the run is judged against takes the run's choice there, when the golden's
-    # values of the two choices differ by at most this many times eager's error at the decision's input
-    # (fusecheck/decisions/); 0 never follows. The same factor as `rmse`: compiled's input may be that much
-    # noisier than eager's
+    # a discrete decision (topk routing, sort, argmax, a relu's mask, a max-pool's argmax) that a run takes
+    # differently from the golden is a near-tie, and the golden the run is judged against takes the run's
+    # choice there, when the golden's values of the two choices differ by at most this many times eager's
+    # error at the decision's input (twice that where two values swap; fusecheck/decisions/); 0 never
+    # follows. The same factor as `rmse`: compiled's input may be that much noisier than eager's
     decision_tie: float = 2.0
 
 

@@ -20,8 +20,8 @@ from fusecheck.backends import Backend, resolve_backend
 from fusecheck.capture import CapturedGraph, GraphCapture
 from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Status, input_error
-from fusecheck.decisions.passes import golden_passes
 from fusecheck.decisions.follow import Recorder
+from fusecheck.decisions.passes import golden_passes
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.digest import digest
 from fusecheck.execute import RunResult, module_tensors, rng_changed, rng_states, run_once, state_snapshot

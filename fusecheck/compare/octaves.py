@@ -79,16 +79,6 @@ def octave_label(index: int, small_threshold: float) -> str:
     return f"|golden| in [2^{e}, 2^{e + 1})"
 
 
-def _nearest(by_octave: dict[int, tuple[int, float]], i: int) -> float:
-    """Eager's largest |error| in octave i; where eager has no element there (its golden differs: one that
-    followed eager's own near-tied decisions, fusecheck/decisions/), the nearest octave above it that it
-    has, else below: absolute errors from a sum do not depend on |golden|, and larger values err more."""
-    if i in by_octave or not by_octave:
-        return by_octave.get(i, (0, 0.0))[1]
-    above = [j for j in by_octave if j > i]
-    return by_octave[min(above) if above else max(by_octave)][1]
-
-
 def octave_max_rel(result: Metrics, reference: Metrics, *, ratio: float, rtol: float, alpha: float,
                    dtype: torch.dtype | None, small_threshold: float) -> tuple[float, str | None]:
     """(largest ratio to its limit over the octaves, failure message or None). See the module docstring."""
@@ -98,7 +88,7 @@ def octave_max_rel(result: Metrics, reference: Metrics, *, ratio: float, rtol: f
     worst, failure = 0.0, None
     for i, (n, ours) in result.octaves().items():
         edge = math.ldexp(1.0, base + i) if base + i > -1074 else 5e-324
-        ours, theirs = ours / edge, _nearest(theirs_by_octave, i) / edge
+        ours, theirs = ours / edge, theirs_by_octave.get(i, (n, 0.0))[1] / edge
         allowance = ratio * max(theirs, rtol)
         chance = chance_ratio(n, alpha) * max(theirs, u)
         limit = max(allowance, chance)
