@@ -206,10 +206,15 @@ def main(argv=None) -> int:
                         print(f"power {kind}={strength:g} {model:8s} seed {seed}: verdict {r['status']}"
                               f" rmse-only {'FAIL' if r['rmse_only_fails'] else 'PASS'}"
                               f" max rmse ratio {r['max_rmse_ratio']:.3g} ({r['seconds']}s)", flush=True)
+    return finish(results, a.json)
+
+
+def finish(results: dict, json_path: str | None) -> int:
+    """The summary printed, and everything written to `json_path` when given."""
     results["summary"] = summary(results)
     print(json.dumps(results["summary"], indent=1))
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1))
     return 0
 
 
@@ -251,11 +256,7 @@ def run_parallel(a, argv: list[str]) -> int:
     results = {"device": a.device, "torch": torch.__version__, "seeds": parse_seeds(a.seeds),
                "stability": [r for r in rows if r["part"] == "stability"],
                "power": [r for r in rows if r["part"] == "power"]}
-    results["summary"] = summary(results)
-    print(json.dumps(results["summary"], indent=1))
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
-    return 0
+    return finish(results, a.json)
 
 
 def tables(rows: list[dict]) -> str:

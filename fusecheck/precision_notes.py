@@ -34,8 +34,13 @@ def pinned_fp32(device: str, keep: bool):
         torch.backends.cudnn.allow_tf32 = saved[2]
 
 
+def _fp32_on_cuda(device: str, dtype: torch.dtype | None) -> bool:
+    """A run where TF32 can matter: on CUDA, in fp32 (None: the model's own dtypes, fp32 included)."""
+    return str(device).startswith("cuda") and dtype in (None, torch.float32)
+
+
 def pinned_note(device: str, dtype: torch.dtype | None, keep: bool) -> list[str]:
-    if keep or not str(device).startswith("cuda") or dtype not in (None, torch.float32):
+    if keep or not _fp32_on_cuda(device, dtype):
         return []
     return ["TF32 was off for eager and compiled (fp32 matmuls and cuDNN convolutions in full fp32): with it on, "
             "cuDNN uses TF32 in some layouts and not others, so eager's and compiled's errors would not be "
@@ -44,7 +49,7 @@ def pinned_note(device: str, dtype: torch.dtype | None, keep: bool) -> list[str]
 
 def eager_precision_notes(device: str, dtype: torch.dtype | None) -> list[str]:
     """Notes for a run on `device` in `dtype` (None: the model's own dtypes, fp32 included)."""
-    if not str(device).startswith("cuda") or dtype not in (None, torch.float32):
+    if not _fp32_on_cuda(device, dtype):
         return []
     used = []
     if torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest":

@@ -203,7 +203,7 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
     if golden_device:
         resolve_device(golden_device)  # an unknown or missing device: one line, exit 2
     gdev = torch.device(golden_device or device)
-    run_dtype = resolve_dtype(dtype) if isinstance(dtype, str) or dtype is None else dtype
+    run_dtype = report_dtype(dtype)
     be = resolve_backend(backend)
     prepared = prepare_case(case, run_dtype, device)
     plan = _plan_for(prepared, golden, blocks, regional)

@@ -15,7 +15,7 @@ is one aten call, so both sequences line up call by call (checked by shape).
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
