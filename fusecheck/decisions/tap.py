@@ -22,6 +22,11 @@ def _name(node: torch.fx.Node) -> str | None:
     return None
 
 
+def decision_nodes(gm: torch.fx.GraphModule) -> list[str]:
+    """Names of the graph's decision nodes (what `tap_graph` would tap)."""
+    return [n.name for n in gm.graph.nodes if _name(n) in DYNAMO_TAPS]
+
+
 def tap_graph(gm: torch.fx.GraphModule) -> int:
     """Append the choice of every decision node to the graph's outputs; returns how many were added."""
     out_node = next((n for n in gm.graph.nodes if n.op == "output"), None)

@@ -28,11 +28,13 @@ import torch.distributed as dist
 from fusecheck.capture import GraphCapture
 from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison
+from fusecheck.decisions.tap import decision_nodes
 from fusecheck.digest import digest
 from fusecheck.execute import RunResult, run_once
 from fusecheck.golden import cast_tree
 from fusecheck.memory import MemoryLog
 from fusecheck.policy import Policy
+from fusecheck.precision_notes import eager_precision_notes, pinned_fp32, pinned_note
 from fusecheck.rows import RowJudge
 from fusecheck.sharded import shard
 from fusecheck.sharded.blocks import judge_sharded_blocks
@@ -104,9 +106,20 @@ class _ShardedGrads:
 
 def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.device, train: bool,
                policy: Policy, seed: int, blocks: str | None, progress,
-               block_verdicts: bool = True) -> tuple[dict[str, Any], list]:
+               block_verdicts: bool = True, tf32: bool = False) -> tuple[dict[str, Any], list]:
     """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report, picklable), and
-    the graphs it captured (kept on the rank)."""
+    the graphs it captured (kept on the rank). TF32 is pinned off on CUDA unless `tf32`, as in `run_check`."""
+    with pinned_fp32(device.type, keep=tf32):
+        result, graphs = _check_rank(case, backend=backend, dtype=dtype, device=device, train=train,
+                                     policy=policy, seed=seed, blocks=blocks, progress=progress,
+                                     block_verdicts=block_verdicts)
+        result["notes"] += eager_precision_notes(device.type, dtype)  # only where --tf32 kept TF32 on
+    result["notes"] += pinned_note(device.type, dtype, tf32)
+    return result, graphs
+
+
+def _check_rank(case: Case, *, backend, dtype, device, train, policy, seed, blocks, progress,
+                block_verdicts) -> tuple[dict[str, Any], list]:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = case.model
     if not isinstance(model, torch.nn.Module):
@@ -195,10 +208,22 @@ def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.
         notes.append(f"compiled produced results eager did not: {', '.join(extra)}")
     if not capture.graphs:
         notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
+    notes += _unfollowed_decisions(capture)
     return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
             "n_graphs": len(capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp",
             "plan": plan.describe(), "meta": meta,
             "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
+
+
+def _unfollowed_decisions(capture: GraphCapture) -> list[str]:
+    """Never silent: the sharded check's golden does not follow near-tied decisions (decisions/) yet, so a
+    routing or mask tie that a single-process check would follow can fail here."""
+    found = [n for g in capture.graphs for n in decision_nodes(g.gm)]
+    if not found:
+        return []
+    return [f"decisions: the compiled blocks take {len(found)} discrete decision(s) ({', '.join(found[:4])}) that "
+            "a sharded check does not line up with the golden: a FAIL where two choices are near-tied may be "
+            "the tie, not the kernel; a single-process check of a smaller config follows them"]
 
 
 def _golden(case: Case, model, plan, sink, *, train, cotangents, device, rank, world, fsdp: bool) -> None:

@@ -55,7 +55,8 @@ def run_rank(args: argparse.Namespace) -> int:
         case = load_target(args.target, seed=args.seed)
         result, graphs = check_rank(case, backend=resolve_backend(args.backend), dtype=resolve_dtype(args.dtype),
                             device=device, train=args.train, policy=policy, seed=args.seed, blocks=args.blocks,
-                            progress=progress, block_verdicts=getattr(args, "block_verdicts", True))
+                            progress=progress, block_verdicts=getattr(args, "block_verdicts", True),
+                            tf32=getattr(args, "tf32", False))
         progress("gather verdicts to rank 0")
         mine = _exit_code(result["rows"])
         code = torch.tensor([mine], device=device if device.type == "cuda" else "cpu")
