@@ -32,3 +32,25 @@ def test_real_models_whose_runs_differ_at_ties_pass_and_fail_without_following(m
     off = run_check(build(model, seed), backend="inductor", dtype="bf16", device="cpu", train=True, seed=seed,
                     policy=Policy(ratios=Ratios(decision_tie=0.0)))
     assert summarize(off)["status"] == "FAIL"
+
+
+def test_power_grid_tells_an_rmse_failure_from_one_the_other_checks_caught():
+    """The power table's "caught without RMSE" column reads the failure texts: a row failing RMSE must be
+    recognised as such, or every FAIL would count as a catch of the other checks."""
+    import torch
+
+    from benchmarks.verdict_stability import caught_without_rmse
+    from fusecheck.compare import compare
+    g = torch.linspace(1.0, 2.0, 4096, dtype=torch.float64)
+    eager = (g * (1 + 1e-4 * torch.sin(g * 997))).float()
+    spread = compare((g * (1 + 1e-2 * torch.sin(g * 331))).float(), eager, g, name="w")  # everywhere: RMSE
+    few = g.clone()
+    few[:1] *= 1.01  # one element 1% off where eager is within 1e-4: MaxRel per octave, not RMSE
+    sparse = compare(few.float(), eager, g, name="w")
+    def failed(cmp):
+        return {text.split()[0] for text in cmp.verdict.failed_checks}
+    assert "rmse" in failed(spread) and sparse.verdict.status.value == "FAIL" and "rmse" not in failed(sparse)
+    for cmp, without in ((spread, False), (sparse, True)):
+        run = {"status": "FAIL", "fails": [f"{cmp.name}: {cmp.verdict.message}"]}
+        assert caught_without_rmse(run) is without, cmp.verdict.message
+    assert not caught_without_rmse({"status": "PASS", "fails": []})
