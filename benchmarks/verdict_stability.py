@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -355,7 +356,28 @@ def tables(rows: list[dict]) -> str:
                                                "torch rule caught", "caught without RMSE", "min judged ratio", "max judged ratio",
                                                "largest missed", f"largest missed (>= {SMALL_TENSOR:g} el.)"],
                                   tablefmt="github")
+        out += "\n\n" + detection_by_ratio([r for rs in power.values() for r in rs])
     return out
+
+
+RATIO_BINS = (0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0, math.inf)
+
+
+def detection_by_ratio(runs: list[dict]) -> str:
+    """Planted runs binned by their largest judged RMSE ratio (compiled's RMSE over eager's, on rows outside
+    the tolerance; a run with every row within it is not counted), over every tensor and over tensors of
+    SMALL_TENSOR elements or more: how many were caught.
+    The smallest bin caught in full, and every bin above it, is the ratio the verdict catches 100%."""
+    from tabulate import tabulate
+    out = []
+    for lo, hi in zip(RATIO_BINS, RATIO_BINS[1:]):
+        row = [f"[{lo:g}, {hi:g})"]
+        for key in ("max_judged_rmse_ratio", "max_judged_rmse_ratio_large"):
+            rs = [r for r in runs if lo <= r.get(key, 0.0) < hi and r.get(key, 0.0) > 0]  # 0: nothing judged
+            row += [len(rs), sum(r["status"] != "PASS" for r in rs)]
+        out.append(row)
+    return tabulate(out, headers=["judged RMSE ratio", "runs (any tensor)", "caught",
+                                  f"runs (tensors >= {SMALL_TENSOR:g} el.)", "caught"], tablefmt="github")
 
 
 def summary(results: dict) -> dict:
