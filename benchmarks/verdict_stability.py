@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fusecheck.policy import Ratios  # noqa: E402
 from fusecheck.run import run_check  # noqa: E402
 
-MODELS = ["gpt2", "llama", "bert", "qwen2", "mixtral", "vit", "resnet"]
+MODELS = ["gpt2", "llama", "bert", "qwen2", "mixtral", "vit", "resnet", "mobilenet_v2"]
 SMALL_TENSOR = Ratios().small_tensor_numel  # the RMSE ratio limit is 2 from here up, 3 below
 CHECKS = ["rmse", "mean_rel", "max_rel", "small_value_errors", "small_value_max_abs"]
 

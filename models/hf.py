@@ -89,3 +89,12 @@ def build_resnet() -> Case:
                           layer_type="basic", num_labels=10)
     return Case(_Field(tf.ResNetForImageClassification(cfg), "pixel_values"), (torch.randn(2, 3, 32, 32),),
                 "tiny_resnet")
+
+
+def build_mobilenet_v2() -> Case:
+    """ReLU6 (hardtanh 0..6) after every batch norm: in bf16, whose spacing at 6 is 1/32, many activations sit
+    on a bound within rounding, and which side each run takes routes the gradient."""
+    tf = _transformers()
+    cfg = tf.MobileNetV2Config(num_channels=3, image_size=32, depth_multiplier=0.35, num_labels=10)
+    return Case(_Field(tf.MobileNetV2ForImageClassification(cfg), "pixel_values"), (torch.randn(2, 3, 32, 32),),
+                "tiny_mobilenet_v2")

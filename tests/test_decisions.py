@@ -83,7 +83,7 @@ def test_tap_adds_decision_indices_and_strips_them():
 
 # ---- gradient routing: relu masks and max-pool argmaxes -------------------------------------------------
 
-from tests.planted.masks import PoolNet, ReluNet, pool_inputs, relu_inputs  # noqa: E402
+from tests.planted.masks import ClipNet, PoolNet, ReluNet, pool_inputs, relu_inputs  # noqa: E402
 
 
 def _train_check(model, inputs, policy=None):
@@ -103,6 +103,35 @@ def test_relu_tie_flip_fails_when_following_is_off():
     torch.manual_seed(2)
     report = _train_check(ReluNet("nudge"), relu_inputs(), policy=Policy(ratios=Ratios(decision_tie=0.0)))
     assert report.status == "FAIL"
+
+
+@pytest.mark.parametrize("plant,status", [("none", "PASS"), ("nudge", "PASS"), ("cut", "FAIL")])
+def test_relu6_bound_ties_are_followed_in_backward_and_a_wrong_clip_fails(plant, status):
+    """hardtanh's backward reads its saved input, not its output: the golden's gradient is rerouted at the
+    tied rows (on both bounds), so the nudged compile passes; with following off it fails."""
+    torch.manual_seed(2)
+    report = _train_check(ClipNet(plant), relu_inputs())
+    assert report.status == status, [r.verdict.message for r in report.rows if not r.passed]
+    notes = _decision_notes(report)
+    assert any("near-tied row(s)" in n and "128 near-tied" in n for n in notes) == (plant == "nudge"), notes
+    if plant == "nudge":
+        off = _train_check(ClipNet(plant), relu_inputs(), policy=Policy(ratios=Ratios(decision_tie=0.0)))
+        assert off.status == "FAIL"
+
+
+def test_clipping_takes_the_run_s_side_only_near_a_bound():
+    from fusecheck.decisions.ops import ATEN_OPS
+    clip = ATEN_OPS[torch.ops.aten.hardtanh.default]
+    x = torch.tensor([0.0, 6.0, 3.0, -1.0, 5.9999999], dtype=torch.float64)
+    bound = {"min_val": 0.0, "max_val": 6.0}
+    out = torch.ops.aten.hardtanh(x, 0.0, 6.0)
+    mine = clip.choice(bound, out)
+    assert mine.tolist() == [False, False, True, False, True]
+    theirs = torch.tensor([True, True, False, True, False])  # ties at 0, 6 and 6-1e-7; 3 and -1 are not
+    t = clip.follow(bound, x, out, mine, theirs, limit=1e-6)
+    assert (t.taken, t.refused) == (3, 2) and torch.equal(t.out, out)  # the forward value is unchanged
+    taken, chosen = t.route
+    assert taken.tolist() == [True, True, False, False, True] and torch.equal(chosen, theirs)
 
 
 @pytest.mark.parametrize("plant", ["none", "nudge"])

@@ -17,12 +17,14 @@ def test_stock_inductor_verdicts_are_stable_across_seeds(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,seed", [("mixtral", 3), ("resnet", 8)])
+@pytest.mark.parametrize("model,seed", [("mixtral", 3), ("resnet", 8), ("mobilenet_v2", 2)])
 def test_real_models_whose_runs_differ_at_ties_pass_and_fail_without_following(model, seed):
     """Mixtral: one token's 2nd and 3rd experts are 4e-4 apart in fp64 and compiled routes it to the 3rd.
     ResNet: relu masks and max-pool argmaxes at ties route gradients differently (RMSE 12x eager's on the
-    embedder's batch-norm weight before decisions were followed). Both pass, saying so; with following
-    switched off in the policy (ratios.decision_tie = 0) both fail, so the rule is what makes them pass."""
+    embedder's batch-norm weight before decisions were followed). MobileNetV2: relu6 at its bounds (bf16's
+    spacing at 6 is 1/32) routes the last conv's gradient differently (max_rel 16x eager's before hardtanh
+    was followed). Each passes, saying so; with following switched off in the policy (ratios.decision_tie
+    = 0) each fails, so the rule is what makes them pass."""
     from benchmarks.verdict_stability import build, summarize
     from fusecheck.policy import Policy, Ratios
     from fusecheck.run import run_check

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fusecheck.decisions.ops import ATEN_OPS, bound_args
+from fusecheck.decisions.ops import ATEN_OPS, BACKWARD_ROUTES, bound_args
 from fusecheck.digest import digest
 
 
@@ -26,6 +26,12 @@ class Call:
     op: str
     input: torch.Tensor      # eager's input to the decision
     choice: torch.Tensor     # what it chose: indices, or a relu's mask
+
+
+def _saved(t: torch.Tensor) -> tuple:
+    """What identifies a tensor autograd saved for a backward: its storage address and shape (it stays
+    alive, so no other tensor takes that address meanwhile)."""
+    return t.data_ptr(), tuple(t.shape)
 
 
 def _input(func, args) -> torch.Tensor:
@@ -86,7 +92,7 @@ class Followed:
                        f"({self.misaligned}); the golden kept its own")
         if self.followed_rows:
             out.append(f"decisions: {self.run} chose differently from the fp64 golden at {self.followed_rows} "
-                       f"near-tied row(s) of {len(self.followed_calls)} decision(s) (topk/sort/argmax/relu/max-pool; "
+                       f"near-tied row(s) of {len(self.followed_calls)} decision(s) (topk/sort/argmax/relu/hardtanh/max-pool; "
                        f"largest golden gap {self.largest_gap:.3g}, within its limit {self.its_limit:.3g}: "
                        "ratios.decision_tie x eager's largest error at that input, x2 where two values swap): "
                        f"{self.run} is judged against a golden that takes the same choices")
@@ -112,9 +118,13 @@ class Follower(TorchDispatchMode):
         self.i = 0
         self.report = Followed(run)
         self._made: dict = {}  # (op, input digest) -> what the forward returned, for a checkpoint's recompute
+        self._route_made: dict = {}  # (op, input digest) -> Taken.route, for the same recompute
+        self._routes: dict = {}  # the saved input's (data_ptr, shape) -> Taken.route, read by its backward
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in BACKWARD_ROUTES:
+            return self._rerouted(func, args, kwargs)
         spec = ATEN_OPS.get(func)
         if spec is None or not isinstance(args[0], torch.Tensor) or self.report.misaligned:
             return func(*args, **kwargs)
@@ -123,10 +133,25 @@ class Follower(TorchDispatchMode):
         out = func(*args, **kwargs)
         if torch._C._current_graph_task_id() != -1:
             # a streamed golden recomputes each piece's forward during backward: the same choices again
+            if key in self._route_made:
+                self._routes[_saved(args[0])] = self._route_made[key]
             return self._returned(func, args, self._made.get(key, out))
         i, self.i = self.i, self.i + 1
         self._made[key] = made = self._decide(i, func, spec, x, args, kwargs, out)
+        if key in self._route_made:
+            self._routes[_saved(args[0])] = self._route_made[key]
         return self._returned(func, args, made)
+
+    def _rerouted(self, func, args, kwargs):
+        """A decision's backward that reads its saved input (hardtanh's): the gradient passes where the run
+        chose on the rows the golden took, as the golden's own choice elsewhere."""
+        out = func(*args, **kwargs)
+        route = self._routes.get(_saved(args[BACKWARD_ROUTES[func]]))
+        if route is None:
+            return out
+        taken, theirs = (t.to(out.device) for t in route)
+        grad = args[0]
+        return torch.where(taken, torch.where(theirs, grad, torch.zeros_like(grad)), out)
 
     @staticmethod
     def _returned(func, args, out):
@@ -156,4 +181,6 @@ class Follower(TorchDispatchMode):
             out = out.clone()  # `x` for the gap is the input before the call; the result is rewritten below
         taken = spec.follow(bound, x, out, mine, theirs, limit)
         self.report.add(i, taken, limit)
+        if taken.route is not None and taken.taken:
+            self._route_made[(func, digest(x))] = taken.route
         return taken.out

@@ -7,7 +7,11 @@ Three kinds of decision, each an `Decision` subclass:
   boundary (the choice routes the gradient: `threshold_backward` reads relu's output);
 - `Pooling` (max_pool2d_with_indices): the argmax of each window; tied when the golden's values at the two
   positions differ by at most the limit and the run's position lies in the window (the backward scatters the
-  gradient to it).
+  gradient to it);
+- `Clipping` (hardtanh, so relu6): which elements lie strictly between the bounds and pass the gradient;
+  tied where the golden's input is within the limit of a bound. The forward value is continuous there, so
+  only the backward changes: `hardtanh_backward` reads the saved input, and the golden's is rerouted
+  (`BACKWARD_ROUTES`, follow.py).
 Two levels see them: the dynamo graph of compiled (torch functions and methods, `DYNAMO_TAPS`, tapped in
 decisions/tap.py) and the dispatch of eager and the golden (aten overloads, `ATEN_OPS`). Each torch-level call
 is one aten call, so both sequences line up call by call (checked by shape).
@@ -46,6 +50,9 @@ class Taken:
     refused: int = 0
     largest_gap: float = 0.0             # over the taken rows
     smallest_refused: float = float("inf")  # gap / limit over the refused rows
+    # a decision whose backward reads its input, not its output: (rows taken, the run's choice), applied to
+    # the gradient by the golden's backward (BACKWARD_ROUTES)
+    route: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def _tally(out, differs: torch.Tensor, gap: torch.Tensor, limit: float) -> tuple[Taken, torch.Tensor]:
@@ -166,6 +173,29 @@ class Pooling(Decision):
         return t
 
 
+@dataclass(frozen=True)
+class Clipping(Decision):
+    """hardtanh(x, min_val, max_val) (relu6 is hardtanh(x, 0, 6)): element i passes the gradient when
+    min_val < x_i < max_val."""
+
+    sides = 1
+
+    @staticmethod
+    def _bounds(bound) -> tuple[float, float]:
+        return float(bound.get("min_val", -1.0)), float(bound.get("max_val", 1.0))
+
+    def choice(self, bound, out):
+        lo, hi = self._bounds(bound)
+        return (out > lo) & (out < hi)
+
+    def follow(self, bound, x, out, mine, theirs, limit):
+        lo, hi = self._bounds(bound)
+        gap = torch.minimum((x - lo).abs(), (x - hi).abs()).double()
+        t, take = _tally(out, mine != theirs, torch.where(torch.isnan(gap), torch.inf, gap), limit)
+        t.route = (take, theirs)
+        return t
+
+
 def _always(bound: dict) -> bool:
     return True
 
@@ -189,7 +219,13 @@ ATEN_OPS: dict[Any, Decision] = {
     aten.relu.default: Masking(),
     aten.relu_.default: Masking(),
     aten.max_pool2d_with_indices.default: Pooling(),
+    aten.hardtanh.default: Clipping(),
+    aten.hardtanh_.default: Clipping(),
 }
+
+# backward op of a decision whose gradient routing reads a saved input -> the argument that holds it
+# (hardtanh_'s backward gets its result: the same storage as its input)
+BACKWARD_ROUTES: dict[Any, int] = {aten.hardtanh_backward.default: 1}
 
 
 # ---- the dynamo side: a function per name that adds the node(s) holding the run's choice --------------
@@ -209,6 +245,25 @@ def _passes(graph, node, ex):
     return graph.call_function(torch.gt, (node, 0)) if isinstance(ex, torch.Tensor) else None
 
 
+def _clipped(lo: float, hi: float, named: bool):
+    """hardtanh/relu6: the mask of outputs strictly inside the bounds (the bounds from the call where named)."""
+    def tap(graph, node, ex):
+        if not isinstance(ex, torch.Tensor):
+            return None
+        a, b = lo, hi
+        if named:
+            a = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", lo)
+            b = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", hi)
+        if not all(isinstance(v, (int, float)) for v in (a, b)):
+            return None
+        above = graph.call_function(torch.gt, (node, a))
+        with graph.inserting_after(above):  # each insert lands right after `node` otherwise: reversed
+            below = graph.call_function(torch.lt, (node, b))
+        with graph.inserting_after(below):
+            return graph.call_function(torch.logical_and, (above, below))
+    return tap
+
+
 def _pool_indices(graph, node, ex):
     if node.kwargs.get("return_indices"):
         return graph.call_function(operator.getitem, (node, 1))
@@ -224,4 +279,5 @@ DYNAMO_TAPS: dict[str, Callable[[torch.fx.Graph, torch.fx.Node, Any], torch.fx.N
     "argsort": _itself, "argmax": _itself, "argmin": _itself,
     "relu": _passes, "relu_": _passes,
     "max_pool2d": _pool_indices, "max_pool2d_with_indices": _getitem(1),
+    "hardtanh": _clipped(-1.0, 1.0, True), "hardtanh_": _clipped(-1.0, 1.0, True), "relu6": _clipped(0.0, 6.0, False),
 }

@@ -5,6 +5,9 @@ way at exact ties, and a relu that is wrong.
 the value cancels, the gradient does not), so relu's mask there is a tie; `nudge` lifts them by 1e-7 inside the
 compiled graph only (benign: far below fp32 noise at that layer's scale), so compiled lets the gradient through
 where eager and the golden do not. `cut` is a bug: compiled's relu also zeroes every hidden value below 0.5.
+`ClipNet`: the same with relu6 (hardtanh 0..6), whose backward reads its input: units 0-1 sit exactly on 6,
+units 2-3 on 0; `nudge` moves both inside (0 + 1e-7, 6 - 1e-6) in the compiled graph only; `cut` zeroes every
+hidden value below 0.5 as well.
 `PoolNet`: every 2x2 window holds two equal maxima; `nudge` favours the odd column inside the compiled graph.
 """
 from __future__ import annotations
@@ -25,6 +28,20 @@ class ReluNet(nn.Module):
         if torch.compiler.is_compiling() and self.plant == "nudge":
             h = h + 1e-7 * tied
         out = torch.relu(h)
+        if torch.compiler.is_compiling() and self.plant == "cut":
+            out = torch.where(h < 0.5, torch.zeros_like(out), out)
+        return self.down(out)
+
+
+class ClipNet(ReluNet):
+    def forward(self, x):
+        h = self.up(x)
+        unit = torch.arange(h.shape[-1], device=h.device)
+        top, bottom = (unit < 2).to(h.dtype), ((unit >= 2) & (unit < 4)).to(h.dtype)
+        h = h - (top + bottom) * h.detach() + 6.0 * top  # units 0-1: exactly 6, 2-3: exactly 0
+        if torch.compiler.is_compiling() and self.plant == "nudge":
+            h = h + 1e-7 * bottom - 1e-6 * top
+        out = nn.functional.relu6(h)
         if torch.compiler.is_compiling() and self.plant == "cut":
             out = torch.where(h < 0.5, torch.zeros_like(out), out)
         return self.down(out)
