@@ -133,20 +133,26 @@ class Follower(TorchDispatchMode):
         out = func(*args, **kwargs)
         if torch._C._current_graph_task_id() != -1:
             # a streamed golden recomputes each piece's forward during backward: the same choices again
-            if key in self._route_made:
-                self._routes[_saved(args[0])] = self._route_made[key]
+            self._route(key, args[0])
             return self._returned(func, args, self._made.get(key, out))
         i, self.i = self.i, self.i + 1
         self._made[key] = made = self._decide(i, func, spec, x, args, kwargs, out)
-        if key in self._route_made:
-            self._routes[_saved(args[0])] = self._route_made[key]
+        self._route(key, args[0])
         return self._returned(func, args, made)
+
+    def _route(self, key, saved: torch.Tensor) -> None:
+        """Where the backward of this call will find its rerouting, if any; an address a freed tensor had
+        is cleared, so that a later call's backward never reads a stale one."""
+        if key in self._route_made:
+            self._routes[_saved(saved)] = self._route_made[key]
+        else:
+            self._routes.pop(_saved(saved), None)
 
     def _rerouted(self, func, args, kwargs):
         """A decision's backward that reads its saved input (hardtanh's): the gradient passes where the run
         chose on the rows the golden took, as the golden's own choice elsewhere."""
         out = func(*args, **kwargs)
-        route = self._routes.get(_saved(args[BACKWARD_ROUTES[func]]))
+        route = self._routes.pop(_saved(args[BACKWARD_ROUTES[func]]), None)  # one backward per forward call
         if route is None:
             return out
         taken, theirs = (t.to(out.device) for t in route)

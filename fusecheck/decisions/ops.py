@@ -1,6 +1,6 @@
 """The decision ops, as a registry of small entries: what a run chose, and how the golden takes that choice.
 
-Three kinds of decision, each an `Decision` subclass:
+Four kinds of decision, each a `Decision` subclass:
 - `Selecting` (topk, sort, argmax/argmin, max/min over a dim): indices along a dim; a row's choice is tied
   when the golden's values at the two choices differ by at most the limit;
 - `Masking` (relu): which elements pass; tied where the golden's input is within the limit of 0, the
