@@ -374,3 +374,19 @@ def test_the_finite_and_nan_scans_look_past_the_first_chunk():
     assert c.passed
     golden[-3:] = math.nan
     assert compare(late.clone(), late, golden).verdict.code == "golden_all_nan"
+
+
+def test_a_pair_asked_twice_is_walked_once_with_the_same_metrics(monkeypatch):
+    """compare(x, x, golden) (eager's own error, measured by the decisions' golden passes) asks for
+    (x, golden) as vs_golden and as reference_vs_golden: one walk serves both, with the values of two."""
+    from fusecheck.compare import fused
+    g = torch.linspace(-2.0, 2.0, 1000, dtype=torch.float64)
+    x = (g * (1 + 1e-3 * torch.sin(g * 97))).float()
+    walked = []
+    real_walk = fused.walk
+    monkeypatch.setattr(fused, "walk", lambda tensors, pairs, *a: walked.append(pairs) or real_walk(tensors, pairs, *a))
+    same = compare(x, x, g)
+    twin = compare(x, x.clone(), g)
+    assert walked[0] == ((0, 0), (0, 1)) and len(walked[1]) == 3
+    assert same.vs_golden.values == same.reference_vs_golden.values == twin.vs_golden.values
+    assert same.vs_reference.values == twin.vs_reference.values
