@@ -181,17 +181,13 @@ def pad_correction(raws: list[torch.Tensor], pairs, acc, fparams, iparams, pad: 
     return torch.where(SUM_COLUMNS & (one >= 0), one * pad, 0.0).to(raws[0].device, non_blocking=True)
 
 
-def _triton_core(tensors, pairs, acc, fparams, iparams):
-    return triton_core.walk(tensors, pairs, acc, fparams, iparams)
-
-
 def _cpu_core(tensors, pairs, acc, fparams, iparams):
     from fusecheck.compare import cpu_core
     return cpu_core.walk(tensors, pairs, acc, fparams, iparams)
 
 
 # device type -> a hand-written core with `walk`'s result, or None where it does not apply (dtype, build)
-FAST_CORES: dict[str, Callable] = {"cpu": _cpu_core, "cuda": _triton_core}
+FAST_CORES: dict[str, Callable] = {"cpu": _cpu_core, "cuda": triton_core.walk}
 
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
