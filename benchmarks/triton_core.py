@@ -59,7 +59,8 @@ def main() -> None:
     ap.add_argument("--best-out", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/triton_core.py: needs CUDA")
+        print("benchmarks/triton_core.py: needs CUDA", file=sys.stderr)
+        sys.exit(2)
     dev = torch.device("cuda")
     mant, min_eb = ulp_format(torch.bfloat16)
     fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,

@@ -1,0 +1,58 @@
+"""The Triton comparison kernel launched per group of pairs: fewer accumulators per launch (more resident
+warps) against reading the shared tensors again. Times `_raw_partials` per grouping and launch shape.
+
+    python benchmarks/triton_split.py [--n 2.7e8] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.triton_core import registers, timed  # noqa: E402
+from fusecheck.compare import fused, triton_core  # noqa: E402
+from fusecheck.compare.metrics import octave_base, ulp_format  # noqa: E402
+
+GROUPINGS = {"one launch": (((0, 1), (0, 2), (1, 2)),), "r-e | golden pairs": (((0, 1),), ((0, 2), (1, 2))),
+             "one pair each": (((0, 1),), ((0, 2),), ((1, 2),))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=float, default=2.7e8)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--per-sm", default="8,12,16,24")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/triton_split.py: needs CUDA and Triton", file=sys.stderr)
+        sys.exit(2)
+    dev = torch.device("cuda")
+    mant, min_eb = ulp_format(torch.bfloat16)
+    fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
+                          small_atol=5e-3, octave_base=octave_base(2.0 ** -20))
+    fconsts, ints = triton_core._fconsts(fp, dev), tuple(ip.tolist())
+    n = int(args.n)
+    g = torch.randn(n, dtype=torch.float64, device=dev)
+    tensors = [(g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16), g.to(torch.bfloat16), g]
+    print("| grouping | programs per SM | time | regs |")
+    print("|---|---|---|---|")
+    for name, groups in GROUPINGS.items():
+        for per_sm in (int(v) for v in args.per_sm.split(",")):
+            triton_core.PROGRAMS_PER_SM = per_sm
+            launches = []
+            for pairs in groups:
+                used = sorted({i for p in pairs for i in p})
+                raws = [tensors[i] for i in used]
+                local = tuple((used.index(a), used.index(b)) for a, b in pairs)
+                launches.append((raws, local))
+            ok = all(triton_core._self_check(r, p, fconsts, ints, fp, ip) for r, p in launches)
+            t = timed(lambda: [triton_core._raw_partials(r, p, fconsts, ints) for r, p in launches], args.repeat)
+            print(f"| {name} | {per_sm} | {t * 1e3:.2f} ms{'' if ok else ' WRONG'} | {registers()} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
