@@ -41,12 +41,15 @@ def timed(fn, repeat: int) -> float:
 
 
 def registers() -> str:
-    """Registers and spills of the compiled partials kernels (best effort: Triton's cache layout varies)."""
+    """Registers and spills of the compiled kernels, exact and fast (best effort: Triton's cache layout varies)."""
     try:
-        from fusecheck.compare import triton_kernels
-        seen = {f"{k.n_regs}/{k.n_spills}" for cache in triton_kernels.partials_kernel.device_caches.values()
-                for k in cache[0].values() if getattr(k, "n_regs", None) is not None}
-        return ",".join(sorted(seen)) or "-"
+        from fusecheck.compare import triton_fast_kernel, triton_kernels
+        out = []
+        for name, jit in (("exact", triton_kernels.partials_kernel), ("fast", triton_fast_kernel.fast_kernel)):
+            seen = {f"{k.n_regs}/{k.n_spills}" for cache in jit.device_caches.values()
+                    for k in cache[0].values() if getattr(k, "n_regs", None) is not None}
+            out.append(f"{name} {','.join(sorted(seen)) or '-'}")
+        return "; ".join(out)
     except Exception:
         return "-"
 

@@ -17,7 +17,7 @@ from benchmarks.triton_core import registers, timed  # noqa: E402
 from fusecheck.compare import fused, triton_core  # noqa: E402
 from fusecheck.compare.metrics import octave_base, ulp_format  # noqa: E402
 
-GROUPINGS = {"one launch": (((0, 1), (0, 2), (1, 2)),), "r-e | golden pairs": (((0, 1),), ((0, 2), (1, 2))),
+GROUPINGS = {"one launch": (((0, 1), (0, 2), (1, 2)),), "r-e, golden pairs": (((0, 1),), ((0, 2), (1, 2))),
              "one pair each": (((0, 1),), ((0, 2),), ((1, 2),))}
 
 
@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--n", type=float, default=2.7e8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--per-sm", default="8,12,16,24")
+    ap.add_argument("--groupings", type=int, default=len(GROUPINGS), help="time the first N groupings")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/triton_split.py: needs CUDA and Triton", file=sys.stderr)
@@ -38,9 +39,10 @@ def main() -> None:
     n = int(args.n)
     g = torch.randn(n, dtype=torch.float64, device=dev)
     tensors = [(g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16), g.to(torch.bfloat16), g]
-    print("| grouping | programs per SM | time | regs |")
-    print("|---|---|---|---|")
-    for name, groups in GROUPINGS.items():
+    print(f"fast pass: {triton_core.fast_pass()} ({triton_core.FAST_ENV})")
+    print("| grouping | programs per SM | time | tiles for the exact kernel | regs |")
+    print("|---|---|---|---|---|")
+    for name, groups in list(GROUPINGS.items())[:args.groupings]:
         for per_sm in (int(v) for v in args.per_sm.split(",")):
             triton_core.PROGRAMS_PER_SM = per_sm
             launches = []
@@ -51,7 +53,12 @@ def main() -> None:
                 launches.append((raws, local))
             ok = all(triton_core._self_check(r, p, fconsts, ints, fp, ip) for r, p in launches)
             t = timed(lambda: [triton_core._raw_partials(r, p, fconsts, ints) for r, p in launches], args.repeat)
-            print(f"| {name} | {per_sm} | {t * 1e3:.2f} ms{'' if ok else ' WRONG'} | {registers()} |", flush=True)
+            stats = [{} for _ in launches]
+            for (r, p), st in zip(launches, stats):
+                triton_core._raw_partials(r, p, fconsts, ints, stats=st)
+            listed = " + ".join("-" if st["listed"] is None else f"{st['listed'] / st['tiles']:.2%}" for st in stats)
+            print(f"| {name} | {per_sm} | {t * 1e3:.2f} ms{'' if ok else ' WRONG'} | {listed} | {registers()} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

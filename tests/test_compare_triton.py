@@ -176,6 +176,54 @@ def test_octave_records_rising_along_the_tensor_and_falling(order):
     _check_partials([(g * (1 + err)).float(), g.float(), g], PAIRS, torch.float32, where=order)
 
 
+def _listed(tensors, pairs=PAIRS, ulp_dtype=torch.bfloat16, thr=2.0 ** -20):
+    """(tiles, tiles the fast pass left to the exact kernel) of one call, after checking its partials."""
+    tensors = [t.to(DEVICE) for t in tensors]
+    _check_partials(tensors, pairs, ulp_dtype, thr, where="fast pass")
+    fp, ip = _params(ulp_dtype, thr, 1e-5)
+    stats = {}
+    triton_core._raw_partials(tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), stats=stats)
+    return stats["tiles"], stats["listed"]
+
+
+def test_ordinary_tiles_take_the_fast_pass_and_only_nan_inf_and_the_tail_are_listed():
+    block = triton_core.BLOCK
+    g, ref, res = _values(6 * block, torch.bfloat16, torch.Generator().manual_seed(4))
+    finite = [torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0) for t in (res, ref, g)]
+    assert _listed(finite) == (6, 0)  # every tile ordinary: the exact kernel takes none
+    assert _listed([t[:-3] for t in finite]) == (6, 1)  # the partial tail tile
+    one_nan = [t.clone() for t in finite]
+    one_nan[0][2 * block + 5] = math.nan
+    one_nan[2][4 * block] = math.inf  # another tile, in the golden
+    assert _listed(one_nan) == (6, 2)
+
+
+def test_the_exact_kernel_alone_gives_what_the_fast_pass_gives(monkeypatch):
+    g, ref, res = _values(5 * triton_core.BLOCK + 3, torch.bfloat16, torch.Generator().manual_seed(6))
+    fp, ip = _params(torch.bfloat16, 2.0 ** -20, 1e-5)
+    args = ([t.to(DEVICE) for t in (res, ref, g)], PAIRS, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()))
+    fast = triton_core._raw_partials(*args)
+    monkeypatch.setenv(triton_core.FAST_ENV, "0")
+    stats = {}
+    exact = triton_core._raw_partials(*args, stats=stats)
+    assert stats["listed"] is None  # no fast pass ran
+    sums = triton_core.FLOAT_SUM_COLUMNS
+    assert torch.equal(fast[:, ~sums], exact[:, ~sums])
+    torch.testing.assert_close(fast[:, sums], exact[:, sums], rtol=1e-12, atol=0.0)
+
+
+def test_fast_pass_on_identical_tensors_and_relative_errors_below_2_to_minus_900():
+    # pair (result, eager) identical: every maximum stays 0, no record ever set; then fp64 differences of a
+    # few subnormal units against an exact 0 with no small-value threshold (all judged relative): relative
+    # errors ~1e-308, records below the bound's 2^-900 floor, and exact octaves below the normal range
+    block = triton_core.BLOCK
+    g = torch.randn(4 * block, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    assert _listed([g.float(), g.float(), g], ulp_dtype=torch.float32) == (4, 0)
+    b = torch.zeros(4 * block, dtype=torch.float64)
+    a = torch.arange(4 * block, dtype=torch.float64) % 5 * 5e-324
+    assert _listed([a, b], pairs=((0, 1),), ulp_dtype=torch.float64, thr=0.0) == (4, 0)
+
+
 def _three_pairs(n, dtype=torch.bfloat16, seed=3):
     g, ref, res = _values(n, dtype, torch.Generator().manual_seed(seed))
     g, ref, res = g.to(DEVICE), ref.to(DEVICE), res.to(DEVICE)

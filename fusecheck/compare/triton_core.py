@@ -41,8 +41,14 @@ MAXES = ("max_abs", "max_rel", "ulp_max", "small_max_abs")
 # per tensor: NaN/Inf and NaN counts (shared by the pairs that read the tensor)
 TENSOR_COUNTS = ("nonfinite", "nan")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# fp64 constants travel in a tensor: Triton types a Python float argument (and most literals) as fp32
-CONSTS = (1e-3, 5e-3, EPS)
+# fp64 constants travel in a tensor: Triton types a Python float argument (and most literals) as fp32. After
+# the relative-error thresholds and eps, for triton_fast_kernel: the bands around each threshold where its
+# relative error (within 2^-51 of the correctly rounded one) could count otherwise (such lanes are divided
+# exactly), the relative error beyond which d * r may overflow, the record below which its record bound is
+# d > 0, and that bound's slack
+NEAR = 2.0 ** -45
+CONSTS = (1e-3, 5e-3, EPS, 1e-3 * (1 - NEAR), 1e-3 * (1 + NEAR), 5e-3 * (1 - NEAR), 5e-3 * (1 + NEAR),
+          2.0 ** 1000, 2.0 ** -900, 1 - NEAR)
 
 # Launch shape (benchmarks/triton_core.py sweeps it; FUSECHECK_TRITON_CONFIG="BLOCK,WARPS,PROGRAMS_PER_SM"
 # overrides it): one element per thread and tile, so that every accumulator of three pairs fits one register
@@ -95,6 +101,19 @@ def _kernels():
     return triton_kernels.partials_kernel, triton_kernels.abs_max_kernel
 
 
+def _fast_kernel():
+    from fusecheck.compare import triton_fast_kernel
+
+    return triton_fast_kernel.fast_kernel
+
+
+FAST_ENV = "FUSECHECK_TRITON_FAST"  # "0": the exact kernel takes every tile (no fast pass)
+
+
+def fast_pass() -> bool:
+    return os.environ.get(FAST_ENV, "1") != "0"
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -124,27 +143,50 @@ def _launch_options(device: torch.device) -> dict:
     return {} if device.type != "cuda" else {"enable_fp_fusion": False}
 
 
-def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int]) -> torch.Tensor:
-    """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order."""
-    kernel, _ = _kernels()
+def _outputs(progs: int, npairs: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """One launch's per-program partials: counts, tensor counts, sums, maxima, octave counts and maxima."""
+    return (torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device),
+            torch.empty(progs, 3, len(TENSOR_COUNTS), dtype=torch.int32, device=device),
+            torch.empty(progs, npairs, len(SUMS), dtype=torch.float64, device=device),
+            torch.empty(progs, npairs, len(MAXES), dtype=torch.float64, device=device),
+            torch.empty(progs, npairs, OCT_BINS, dtype=torch.int32, device=device),
+            torch.empty(progs, npairs, OCT_BINS, dtype=torch.float64, device=device))
+
+
+def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int],
+                  stats: dict | None = None) -> torch.Tensor:
+    """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order.
+    With the fast pass on: the fast kernel over every tile, then the exact kernel over the tiles it listed;
+    their per-program partials are reduced together (each tile counted once). `stats` (tests, benchmarks)
+    receives the number of tiles and of listed tiles."""
+    exact, _ = _kernels()
     device, n = raws[0].device, raws[0].numel()
     progs = _programs(n, device, BLOCK, PROGRAMS_PER_SM)
+    tiles_per_prog = _cdiv(_cdiv(n, BLOCK), progs)
     npairs = len(pairs)
-    cnt = torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device)
-    tcnt = torch.empty(progs, 3, len(TENSOR_COUNTS), dtype=torch.int32, device=device)
-    sums = torch.empty(progs, npairs, len(SUMS), dtype=torch.float64, device=device)
-    maxes = torch.empty(progs, npairs, len(MAXES), dtype=torch.float64, device=device)
-    hist = torch.empty(progs, npairs, OCT_BINS, dtype=torch.int32, device=device)
-    omax = torch.empty(progs, npairs, OCT_BINS, dtype=torch.float64, device=device)
     xs = list(raws) + [raws[-1]] * (3 - len(raws))
     spec = []
     for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
+    shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), ints[2] < EXACT_LOG_BELOW)
+    options = dict(num_warps=NUM_WARPS, **_launch_options(device))
+    launches = []
     with _on(device):
-        kernel[(progs,)](*xs, n, fconsts, *ints, _cdiv(_cdiv(n, BLOCK), progs), cnt, tcnt, sums, maxes, hist, omax,
-                         len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS),
-                         ints[2] < EXACT_LOG_BELOW,
-                         num_warps=NUM_WARPS, **_launch_options(device))
+        if fast_pass():
+            listed = torch.empty(progs * tiles_per_prog, dtype=torch.int32, device=device)
+            count = torch.empty(progs, dtype=torch.int32, device=device)
+            first = _outputs(progs, npairs, device)
+            _fast_kernel()[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *first, listed, count, *shape,
+                                     ints[0] - ints[1] <= 1023, **options)  # ULP_SAFE: 2^(mant - eb) is finite
+            launches.append(first)
+        else:
+            listed = count = torch.empty(1, dtype=torch.int32, device=device)
+        rest = _outputs(progs, npairs, device)
+        exact[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *rest, listed, count, *shape, fast_pass(), **options)
+        launches.append(rest)
+    if stats is not None:
+        stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast_pass() else None)
+    cnt, tcnt, sums, maxes, hist, omax = (torch.cat(parts) for parts in zip(*launches))
     # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
     # hundred bytes: no launch per entry)
     reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
@@ -296,7 +338,8 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: t
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
     ints = tuple(int(v) for v in iparams.tolist())
-    variant = (device.type, tuple(t.dtype for t in tensors), pairs, ints[2] < EXACT_LOG_BELOW)  # one compile each
+    variant = (device.type, tuple(t.dtype for t in tensors), pairs, ints[2] < EXACT_LOG_BELOW, fast_pass(),
+               ints[0] - ints[1] <= 1023)  # one compile (and one self-check) each
     if variant in _failed:
         return None
     whole = all(t.device == device and t.is_contiguous() for t in tensors)

@@ -165,15 +165,27 @@ def _zeros_pair(BLOCK: tl.constexpr, OB: tl.constexpr):
 
 
 @triton.jit
+def _tile(pid, t, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED: tl.constexpr):
+    """The index of this program's t-th tile: grid-strided, or its t-th listed one (past the list: `end`, a
+    tile with no element in range)."""
+    if LISTED:
+        return tl.load(list_ptr + pid.to(tl.int64) * tiles_per_prog + t, mask=t < ntiles, other=end)
+    else:
+        return pid + t * nprog
+
+
+@triton.jit
 def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
-                    cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr,
+                    cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, list_ptr, count_ptr,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                     S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
                     A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
-                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, EXACT_LOG: tl.constexpr):
+                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, EXACT_LOG: tl.constexpr,
+                    LISTED: tl.constexpr):
     """Per-program partials of up to three pairs (A_i, B_i index x0..x2; S_i: same dtype) over a grid-strided
-    range of tiles. Pairs 1 and 2 judged against the same B share its B-side work and, where both sides
-    are finite, one octave histogram."""
+    range of tiles, or (LISTED) over the count_ptr[pid] tiles that triton_fast_kernel listed for this program.
+    Pairs 1 and 2 judged against the same B share its B-side work and, where both sides are finite, one
+    octave histogram."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     rtol = tl.load(fp + 0)
@@ -190,17 +202,21 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     c2, s2, m2, h2, o2 = _zeros_pair(BLOCK, OB)
     zi = tl.zeros([BLOCK], tl.int32)
     t0, t1, t2 = zi, zi, zi  # per tensor: NaN/Inf count | NaN count << 16
+    ntiles = tiles_per_prog
+    if LISTED:
+        ntiles = tl.load(count_ptr + pid)
+    end = tl.cdiv(n, BLOCK)
     # the next tile's values are loaded one iteration ahead: their latency hides behind this tile's work
-    offs = pid.to(tl.int64) * BLOCK + lanes
+    offs = _tile(pid, 0, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED).to(tl.int64) * BLOCK + lanes
     next_valid = offs < n
     next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
     next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
     next2 = next1
     if NT == 3:
         next2 = tl.load(x2 + offs, mask=next_valid, other=0.0)
-    for t in range(0, tiles_per_prog):
+    for t in range(0, ntiles):
         valid, v0, v1, v2 = next_valid, next0, next1, next2
-        offs = (pid + (t + 1) * nprog).to(tl.int64) * BLOCK + lanes
+        offs = _tile(pid, t + 1, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED).to(tl.int64) * BLOCK + lanes
         next_valid = offs < n
         next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
         next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
