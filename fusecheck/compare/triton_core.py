@@ -14,6 +14,10 @@ per program, and an element updates it only when its error beats its octave's cu
 `tl.gather`). After the first tiles that is rare (a record in a stream of draws), so the per-octave loop
 runs on the few record-setting tiles only, over the octaves present among their records.
 
+That exact kernel takes only the tiles holding a NaN/Inf and the tail: every finite tile goes to the fast
+pass (`triton_fast_kernel.py`, its docstring says why it is exact), which lists the others for it. The two
+launches' per-program partials are reduced together. `FUSECHECK_TRITON_FAST=0` runs the exact kernel alone.
+
 Used by `fused.walk` on CUDA (`fused.FAST_CORES`) for fp16/bf16/fp32/fp64 tensors; anything else, a
 missing Triton, a failing compile or a first call that disagrees with the eager core (checked once per
 variant on the data's prefix and on fixed data with every special value) falls back to the eager core with
