@@ -23,14 +23,14 @@ Not a metric implementation (no NaN/Inf handling, no exact division): timing onl
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.triton_core import cuda_or_exit, timed  # noqa: E402
 
 LEVELS = {"read": 0, "sums": 1, "counts": 2, "octaves": 3, "sums, cheap reciprocal": 4,
           "octaves, cheap reciprocal, fp32 decisions": 5}
@@ -176,18 +176,6 @@ def _rcp_fn():
     return rcp
 
 
-def timed(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=float, default=2.7e8)
@@ -195,11 +183,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="32,1,8;128,4,2;256,8,1")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("benchmarks/compare_floor.py: needs CUDA and Triton", file=sys.stderr)
-        sys.exit(2)
+    dev = cuda_or_exit("benchmarks/compare_floor.py")
     n = int(args.n)
-    dev = torch.device("cuda")
     g = torch.randn(n, dtype=torch.float64, device=dev)
     e = (g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16)
     r = (g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16)

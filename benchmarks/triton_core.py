@@ -40,6 +40,22 @@ def timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def cuda_or_exit(script: str) -> torch.device:
+    """The CUDA device, or one line and exit 2 (these benchmarks time GPU kernels)."""
+    if not torch.cuda.is_available():
+        print(f"{script}: needs CUDA and Triton", file=sys.stderr)
+        sys.exit(2)
+    return torch.device("cuda")
+
+
+def bf16_params(dev: torch.device):
+    """The kernels' parameters for a bf16 comparison (fparams, iparams, and their kernel forms)."""
+    mant, min_eb = ulp_format(torch.bfloat16)
+    fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
+                          small_atol=5e-3, octave_base=octave_base(2.0 ** -20))
+    return fp, ip, triton_core._fconsts(fp, dev), tuple(ip.tolist())
+
+
 def registers() -> str:
     """Registers and spills of the compiled kernels, exact and fast (best effort: Triton's cache layout varies)."""
     try:
@@ -61,14 +77,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--best-out", default=None)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("benchmarks/triton_core.py: needs CUDA", file=sys.stderr)
-        sys.exit(2)
-    dev = torch.device("cuda")
-    mant, min_eb = ulp_format(torch.bfloat16)
-    fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
-                          small_atol=5e-3, octave_base=octave_base(2.0 ** -20))
-    fconsts, ints = triton_core._fconsts(fp, dev), tuple(ip.tolist())
+    dev = cuda_or_exit("benchmarks/triton_core.py")
+    fp, ip, fconsts, ints = bf16_params(dev)
     configs = SWEEP if args.sweep else [triton_core.DEFAULT_CONFIG]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 result/eager, fp64 golden, "
           f"median of {args.repeat}")

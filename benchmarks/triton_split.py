@@ -13,9 +13,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.triton_core import registers, timed  # noqa: E402
-from fusecheck.compare import fused, triton_core  # noqa: E402
-from fusecheck.compare.metrics import octave_base, ulp_format  # noqa: E402
+from benchmarks.triton_core import bf16_params, cuda_or_exit, registers, timed  # noqa: E402
+from fusecheck.compare import triton_core  # noqa: E402
 
 GROUPINGS = {"one launch": (((0, 1), (0, 2), (1, 2)),), "r-e, golden pairs": (((0, 1),), ((0, 2), (1, 2))),
              "one pair each": (((0, 1),), ((0, 2),), ((1, 2),))}
@@ -28,14 +27,8 @@ def main() -> None:
     ap.add_argument("--per-sm", default="8,12,16,24")
     ap.add_argument("--groupings", type=int, default=len(GROUPINGS), help="time the first N groupings")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("benchmarks/triton_split.py: needs CUDA and Triton", file=sys.stderr)
-        sys.exit(2)
-    dev = torch.device("cuda")
-    mant, min_eb = ulp_format(torch.bfloat16)
-    fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
-                          small_atol=5e-3, octave_base=octave_base(2.0 ** -20))
-    fconsts, ints = triton_core._fconsts(fp, dev), tuple(ip.tolist())
+    dev = cuda_or_exit("benchmarks/triton_split.py")
+    fp, ip, fconsts, ints = bf16_params(dev)
     n = int(args.n)
     g = torch.randn(n, dtype=torch.float64, device=dev)
     tensors = [(g * (1 + 1e-3 * torch.randn_like(g))).to(torch.bfloat16), g.to(torch.bfloat16), g]

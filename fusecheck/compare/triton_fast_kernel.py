@@ -23,7 +23,7 @@ launches cover each tile once, and their per-program partials are reduced togeth
 import triton
 import triton.language as tl
 
-from fusecheck.compare.triton_kernels import _bits, _floor_log2, _octave_records, _pick, _pow2, _store_two, _two
+from fusecheck.compare.triton_kernels import _bits, _floor_log2, _octave_records, _pick, _pow2, _store_pair, _two
 
 INF = tl.constexpr(float("inf"))
 
@@ -114,20 +114,11 @@ def _new_records(t, d, ulp, bside, tiny, slack):
 @triton.jit
 def _store_fast(c, ordinary, s, t, hist, omax, tsq_a, tsq_b, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row,
                 NC: tl.constexpr, OB: tl.constexpr):
+    """This program's partials of one pair, in partials_kernel's layout (_store_pair)."""
     c = (c[0] + ordinary,) + c[1:]  # every lane of an ordinary tile is finite in both: n_finite, no NaN mismatch
-    for k in tl.static_range(4):
-        _store_two(cnt_ptr + row * NC + 2 * k, c[k])
-    tl.store(cnt_ptr + row * NC + 8, tl.sum(c[4], axis=0))
-    sums = (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4])
-    for k in tl.static_range(7):
-        tl.store(sum_ptr + row * 7 + k, tl.sum(sums[k], axis=0))
-    tl.store(max_ptr + row * 4 + 0, t[0])
-    tl.store(max_ptr + row * 4 + 1, t[1])
-    tl.store(max_ptr + row * 4 + 2, t[2])
-    tl.store(max_ptr + row * 4 + 3, t[3])
-    bins = tl.arange(0, OB)
-    tl.store(hist_ptr + row * OB + bins, hist)
-    tl.store(omax_ptr + row * OB + bins, omax)
+    zf = tl.zeros_like(s[0])  # the records as lanes: their maximum over lanes is themselves
+    _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]), hist,
+                omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row, NC, OB)
 
 
 @triton.jit
