@@ -174,23 +174,23 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
         spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
     shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), ints[2] < EXACT_LOG_BELOW)
     options = dict(num_warps=NUM_WARPS, **_launch_options(device))
-    launches = []
+    fast = fast_pass()
+    # both launches' per-program rows in one set of outputs (the fast kernel's first): reduced together below
+    outputs = _outputs(progs * (1 + fast), npairs, device)
     with _on(device):
-        if fast_pass():
+        if fast:
             listed = torch.empty(progs * tiles_per_prog, dtype=torch.int32, device=device)
             count = torch.empty(progs, dtype=torch.int32, device=device)
-            first = _outputs(progs, npairs, device)
-            _fast_kernel()[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *first, listed, count, *shape,
-                                     ints[0] - ints[1] <= 1023, **options)  # ULP_SAFE: 2^(mant - eb) is finite
-            launches.append(first)
+            _fast_kernel()[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[:progs] for o in outputs), listed,
+                                     count, *shape, ints[0] - ints[1] <= 1023,  # ULP_SAFE: 2^(mant - eb) is finite
+                                     **options)
         else:
             listed = count = torch.empty(1, dtype=torch.int32, device=device)
-        rest = _outputs(progs, npairs, device)
-        exact[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *rest, listed, count, *shape, fast_pass(), **options)
-        launches.append(rest)
+        exact[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[-progs:] for o in outputs), listed, count,
+                        *shape, fast, **options)
     if stats is not None:
-        stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast_pass() else None)
-    cnt, tcnt, sums, maxes, hist, omax = (torch.cat(parts) for parts in zip(*launches))
+        stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
+    cnt, tcnt, sums, maxes, hist, omax = outputs
     # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
     # hundred bytes: no launch per entry)
     reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
