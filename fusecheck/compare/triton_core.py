@@ -147,6 +147,12 @@ def _launch_options(device: torch.device) -> dict:
     return {} if device.type != "cuda" else {"enable_fp_fusion": False}
 
 
+def _ulp_safe(ints: tuple[int, int, int]) -> bool:
+    """The fast kernel's ULP_SAFE: 2^(mant - eb) is finite for every eb >= min_eb, so 0 * scale is 0."""
+    mant, min_eb, _ = ints
+    return mant - min_eb <= 1023
+
+
 def _outputs(progs: int, npairs: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """One launch's per-program partials: counts, tensor counts, sums, maxima, octave counts and maxima."""
     return (torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device),
@@ -182,8 +188,7 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
             listed = torch.empty(progs * tiles_per_prog, dtype=torch.int32, device=device)
             count = torch.empty(progs, dtype=torch.int32, device=device)
             _fast_kernel()[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[:progs] for o in outputs), listed,
-                                     count, *shape, ints[0] - ints[1] <= 1023,  # ULP_SAFE: 2^(mant - eb) is finite
-                                     **options)
+                                     count, *shape, _ulp_safe(ints), **options)
         else:
             listed = count = torch.empty(1, dtype=torch.int32, device=device)
         exact[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[-progs:] for o in outputs), listed, count,
@@ -343,7 +348,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: t
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
     ints = tuple(int(v) for v in iparams.tolist())
     variant = (device.type, tuple(t.dtype for t in tensors), pairs, ints[2] < EXACT_LOG_BELOW, fast_pass(),
-               ints[0] - ints[1] <= 1023)  # one compile (and one self-check) each
+               _ulp_safe(ints))  # one compile (and one self-check) each
     if variant in _failed:
         return None
     whole = all(t.device == device and t.is_contiguous() for t in tensors)

@@ -23,7 +23,7 @@ launches cover each tile once, and their per-program partials are reduced togeth
 import triton
 import triton.language as tl
 
-from fusecheck.compare.triton_kernels import _bits, _floor_log2, _octave_records, _pick, _pow2, _store_pair, _two
+from fusecheck.compare.triton_kernels import _b_side, _bits, _octave_records, _pick, _store_pair, _two
 
 INF = tl.constexpr(float("inf"))
 
@@ -39,18 +39,9 @@ def _finite(v):
 
 @triton.jit
 def _expected(u, rtol, atol, thr, eps, mant, min_eb, obase, OCT: tl.constexpr, EXACT_LOG: tl.constexpr):
-    """The expected side B of a finite tile (triton_kernels._b_side's values, plus the reciprocal)."""
-    babs = tl.abs(u)
-    if EXACT_LOG:
-        lg = _floor_log2(babs)
-        eb = tl.maximum(tl.where(babs > 0, lg, min_eb), min_eb)
-    else:
-        lg = (babs.to(tl.int64, bitcast=True) >> 52).to(tl.int32) - 1023
-        eb = tl.maximum(lg, min_eb)
-    scale = _pow2(mant - eb)
-    octave = tl.minimum(tl.maximum(lg - obase, 0), OCT - 1)
-    den = babs + eps
-    return scale, octave, babs < thr, babs >= thr, atol + rtol * babs, den, 1.0 / den
+    """The expected side B of a finite tile: triton_kernels._b_side's values, plus the reciprocal of den."""
+    bside = _b_side(u, True, rtol, atol, thr, eps, mant, min_eb, obase, OCT, EXACT_LOG)
+    return bside + (1.0 / bside[5],)
 
 
 @triton.jit
@@ -93,7 +84,7 @@ def _accumulate(c, s, t, omax, records, odd, d, q, ulp, ua, ub, xa, xb, bside, c
     if records != 0:
         if (records & 2) != 0:
             t = _new_records(t, d, ulp, bside, tiny, slack)
-        if (records & 4) != 0:
+        if (records & 4) != 0:  # _measure's bit 2 again: recomputed on this rare tile, not kept live in registers
             omax = _octave_records(omax, big_b & (d > tl.gather(omax, octave, 0)), octave, d, OB)
     return c, s, t, omax
 
