@@ -23,7 +23,7 @@ launches cover each tile once, and their per-program partials are reduced togeth
 import triton
 import triton.language as tl
 
-from fusecheck.compare.triton_kernels import _b_side, _bits, _octave_records, _pick, _store_pair, _two
+from fusecheck.compare.triton_kernels import _b_side, _bits, _load, _octave_records, _pick, _store_pair, _two
 
 INF = tl.constexpr(float("inf"))
 
@@ -150,21 +150,12 @@ def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     listed = pid * 0
     ordinary = pid * 0
     offs = pid.to(tl.int64) * BLOCK + lanes
-    next_valid = offs < n
-    next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
-    next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
-    next2 = next1
-    if NT == 3:
-        next2 = tl.load(x2 + offs, mask=next_valid, other=0.0)
+    next_valid, next0, next1, next2 = _load(x0, x1, x2, offs, n, NT)
     for t in range(0, tiles_per_prog):
         valid, v0, v1, v2 = next_valid, next0, next1, next2
         tile = pid + t * nprog
         offs = (tile + nprog).to(tl.int64) * BLOCK + lanes
-        next_valid = offs < n
-        next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
-        next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
-        if NT == 3:
-            next2 = tl.load(x2 + offs, mask=next_valid, other=0.0)
+        next_valid, next0, next1, next2 = _load(x0, x1, x2, offs, n, NT)
         if tile.to(tl.int64) * BLOCK < n:
             fin = valid & _finite(v0) & _finite(v1)
             if NT == 3:

@@ -165,6 +165,18 @@ def _zeros_pair(BLOCK: tl.constexpr, OB: tl.constexpr):
 
 
 @triton.jit
+def _load(x0, x1, x2, offs, n, NT: tl.constexpr):
+    """One tile of the tensors (x2 read only where there are three): (in range, v0, v1, v2)."""
+    valid = offs < n
+    v0 = tl.load(x0 + offs, mask=valid, other=0.0)
+    v1 = tl.load(x1 + offs, mask=valid, other=0.0)
+    v2 = v1
+    if NT == 3:
+        v2 = tl.load(x2 + offs, mask=valid, other=0.0)
+    return valid, v0, v1, v2
+
+
+@triton.jit
 def _tile(pid, t, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED: tl.constexpr):
     """The index of this program's t-th tile: grid-strided, or its t-th listed one (past the list: `end`, a
     tile with no element in range)."""
@@ -208,20 +220,11 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     end = tl.cdiv(n, BLOCK)
     # the next tile's values are loaded one iteration ahead: their latency hides behind this tile's work
     offs = _tile(pid, 0, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED).to(tl.int64) * BLOCK + lanes
-    next_valid = offs < n
-    next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
-    next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
-    next2 = next1
-    if NT == 3:
-        next2 = tl.load(x2 + offs, mask=next_valid, other=0.0)
+    next_valid, next0, next1, next2 = _load(x0, x1, x2, offs, n, NT)
     for t in range(0, ntiles):
         valid, v0, v1, v2 = next_valid, next0, next1, next2
         offs = _tile(pid, t + 1, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED).to(tl.int64) * BLOCK + lanes
-        next_valid = offs < n
-        next0 = tl.load(x0 + offs, mask=next_valid, other=0.0)
-        next1 = tl.load(x1 + offs, mask=next_valid, other=0.0)
-        if NT == 3:
-            next2 = tl.load(x2 + offs, mask=next_valid, other=0.0)
+        next_valid, next0, next1, next2 = _load(x0, x1, x2, offs, n, NT)
         u0, f0, k0 = _tensor_side(v0)
         u1, f1, k1 = _tensor_side(v1)
         t0 += _two(k0 != 0, k0 == 1)
