@@ -28,6 +28,10 @@ class RunResult:
     mutated: tuple[str, ...] = ()  # keys of `after` whose values the call changed
     skipped: tuple[str, ...] = ()  # outputs that hold tensors in a form that is not compared (say so)
     digests: dict[str, Digest] = field(default_factory=dict)  # a repeat run's results, as bit digests
+    # a repeat run's results whose digest differs from the first run's (`differs_from`), kept in full so that
+    # every produced result is judged against the golden, whichever call it came from
+    differing: dict[str, torch.Tensor] = field(default_factory=dict)
+    lost: tuple[str, ...] = ()  # differing results that could not be kept (a gradient taken twice): re-run them
 
     def all(self, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
         return {**self.outputs, **self.grads, **{k: self.after[k] for k in extra}}
@@ -177,13 +181,15 @@ def _taking_grads(params: dict[str, torch.Tensor], take: Callable[[str, torch.Te
 def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
              cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0,
              state: StateSnapshot | None = None, digests_only: bool = False,
-             param_grads: bool = True) -> RunResult:
+             param_grads: bool = True, differs_from: dict[str, Digest] | None = None) -> RunResult:
     """Call `fn(*case.inputs, **case.kwargs)` on fresh copies of the inputs, after resetting the module
     state to `state`, so that a model that mutates its inputs or buffers sees the same values every run;
     what it mutated is returned in `after`/`mutated`. With `train`, backpropagate `cotangents` (made from
     `seed` when None) and collect the gradients of parameters (unless `param_grads` is False: a streamed
     golden hands them over itself) and floating inputs. With `digests_only`, every result is kept as a
-    digest of its bits (`digests`) instead of a tensor: what a repeat run needs to prove repeatability."""
+    digest of its bits (`digests`) instead of a tensor: what a repeat run needs to prove repeatability; with
+    `differs_from` (the first run's digests) too, a result whose digest differs is also kept in full
+    (`differing`), so that it can be judged: a repeat run never holds the results that repeat the first's."""
     model = case.model
     params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
     restore_state(case, state)
@@ -209,7 +215,16 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         if lost:
             raise RuntimeError(f"{', '.join(lost)} does not require grad where eager's did: the autograd graph "
                                "was dropped, so no gradient can be compared")
-    keep: Callable[[torch.Tensor], Any] = digest if digests_only else (lambda t: t)
+    differing: dict[str, torch.Tensor] = {}
+    lost: list[str] = []
+
+    def kept(name: str, t: torch.Tensor) -> Any:
+        if not digests_only:
+            return t
+        d = digest(t)
+        if differs_from is not None and differs_from.get(name) != d:
+            differing[name] = t
+        return d
     grads: dict[str, Any] = {}
     if train:
         cots = cotangents if cotangents is not None else make_cotangents(outputs, seed)
@@ -220,7 +235,13 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
 
         def take(name: str, g: torch.Tensor) -> None:
             if digests_only:  # digest at once, so a repeat run never holds its gradients
-                taken[name] = None if name in taken else digest(g)  # accumulated twice: no digest, re-run in full
+                if name in taken:  # accumulated twice: no digest, re-run in full
+                    taken[name] = None
+                    if differs_from is not None:
+                        differing.pop(f"grad.{name}", None)
+                        lost.append(f"grad.{name}")
+                else:
+                    taken[name] = kept(f"grad.{name}", g)
             else:
                 taken[name] = taken[name] + g if name in taken else g
         with _taking_grads(params if param_grads else {}, take):
@@ -229,14 +250,15 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         grads = {f"grad.{n}": taken.pop(n) for n in params if n in taken}
         for path, x in pytree.tree_flatten_with_path(leaves)[0]:
             if isinstance(x, torch.Tensor) and x.grad is not None:
-                grads[f"grad.input{pytree.keystr(path)}"] = keep(x.grad.detach())
+                key = f"grad.input{pytree.keystr(path)}"
+                grads[key] = kept(key, x.grad.detach())
     after, mutated = {}, []
     for prefix, pristine, now_tree in (("input", case.inputs, inputs), ("kwargs", case.kwargs, kwargs)):
         pristine_leaves, _ = pytree.tree_flatten_with_path(pristine)
         for (path, before), now in zip(pristine_leaves, pytree.tree_leaves(now_tree)):
             if isinstance(now, torch.Tensor):
                 key = f"mutated.{prefix}{pytree.keystr(path)}"
-                after[key] = keep(now.detach())
+                after[key] = kept(key, now.detach())
                 if _changed(now.detach(), before.detach()):
                     mutated.append(key)
     if state:
@@ -246,12 +268,13 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
                 state.refuse_if_written(k, v)
                 continue  # unchanged large parameter: not a result, never read again
             if state.changed(k, v):
-                after[key] = keep(v.detach().clone())
+                after[key] = kept(key, v.detach().clone())
                 mutated.append(key)
             else:
-                after[key] = keep(state.values[k])
-    outs = {k: keep(v.detach().clone()) for k, v in outputs.items()}  # an output may alias a buffer the next run resets
+                after[key] = kept(key, state.values[k])
+    outs = {k: kept(k, v.detach().clone()) for k, v in outputs.items()}  # an output may alias a buffer the next run resets
     if digests_only:
         return RunResult({}, {}, cots if train else None, {}, tuple(mutated), tuple(skipped),
-                         digests={**outs, **grads, **after})
+                         digests={**outs, **grads, **after}, differing=differing,
+                         lost=tuple(sorted(set(lost))))
     return RunResult(outs, grads, cots if train else None, after, tuple(mutated), tuple(skipped))

@@ -100,17 +100,38 @@ class RowJudge:
         if noisy:
             row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
         if row.vs_reference is not None and name in self.compiled_noisy:
-            msg = f"compiled output changed between two runs with the same inputs ({self._changed(c1, name)})"
-            again = self._second_run_judged(name, c1, e1, g, ref_g, exact)
-            if noisy:
-                row.notes.append(msg + "; eager is nondeterministic too")
-            elif row.passed and again is not None and again.passed:
-                # e.g. atomic adds in an embedding backward: the bits move, the accuracy does not
-                row.notes.append(msg + "; eager is repeatable, but both compiled runs are judged against the "
-                                 f"golden and neither is worse than eager (second run: {again.verdict.code})")
+            return self._judge_second_run(row, name, c1, e1, g, ref_g, exact, noisy)
+        return row
+
+    def _judge_second_run(self, row: Comparison, name, c1, e1, g, ref_g, exact, eager_noisy: bool) -> Comparison:
+        """Every compiled run is judged: a second run whose bits differ is compared with the golden like the
+        first, and a run that fails fails the row whichever call it was (the row then shows that run)."""
+        msg = f"compiled output changed between two runs with the same inputs ({self._changed(c1, name)})"
+        again = self._second_run_judged(name, c1, e1, g, ref_g, exact)
+        failing = [(call, r) for call, r in (("first", row), ("second", again)) if r is not None and not r.passed]
+        if failing:
+            call, shown = failing[-1] if row.passed else failing[0]
+            v = shown.verdict
+            calls = " and ".join(c for c, _ in failing)
+            if eager_noisy:  # eager moves too: the finding is the failing run's own
+                code, why = v.code, f"{msg}; eager is nondeterministic too"
             else:
-                why = "" if again is None else f"; second run: {again.verdict.code}"
-                row.verdict = Verdict(Status.FAIL, "nondeterministic_compiled", msg + "; eager is repeatable" + why)
+                code, why = "nondeterministic_compiled", msg + "; eager is repeatable"
+            shown.verdict = Verdict(Status.FAIL if v.status is Status.PASS else v.status, code,
+                                    f"{why}; the {calls} compiled call{'s' if len(failing) > 1 else ''} "
+                                    f"failed ({call}: {v.code}: {v.message})", v.failed_checks, v.margins)
+            if shown is again:
+                again.notes = row.notes + again.notes
+            return shown
+        if again is not None:
+            # e.g. atomic adds in an embedding backward: the bits move, the accuracy does not
+            eager_is = "nondeterministic too" if eager_noisy else "repeatable"
+            row.notes.append(msg + f"; eager is {eager_is}, but both compiled runs are judged against the golden "
+                             f"and neither is worse than eager (second run: {again.verdict.code})")
+        elif eager_noisy:
+            row.notes.append(msg + "; eager is nondeterministic too")
+        else:  # no golden to judge the second run against (an integer result): it differs from eager's bits
+            row.verdict = Verdict(Status.FAIL, "nondeterministic_compiled", msg + "; eager is repeatable")
         return row
 
     def _second_run_judged(self, name, c1, e1, g, ref_g, exact) -> Comparison | None:

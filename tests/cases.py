@@ -22,6 +22,27 @@ class AllNaN(nn.Module):
         return torch.log(-(x.abs() + 1))
 
 
+class AllInf(nn.Module):
+    """exp(1000 x) overflows in eager, compiled and the golden: no finite value anywhere."""
+    def forward(self, x):
+        return torch.exp(1000 * (x.abs() + 1))
+
+
+class InfAndNaN(nn.Module):
+    def forward(self, x):
+        return torch.cat([torch.exp(1000 * (x.abs() + 1)), torch.log(-(x.abs() + 1))])
+
+
+class InfGradient(nn.Module):
+    """A finite output whose parameter gradient is +-Inf everywhere (d sqrt(u) / du at u = 0)."""
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 3))
+
+    def forward(self, x):
+        return x + torch.sqrt(self.w - self.w.detach())
+
+
 class BigRMSNorm(nn.Module):
     """RMSNorm whose input is large: the fp32 upcast is what keeps x^2 from overflowing fp16."""
 
@@ -46,6 +67,18 @@ def empty_output():
 
 def all_nan():
     return Case(AllNaN(), (torch.randn(4, 3),), "all_nan")
+
+
+def all_inf():
+    return Case(AllInf(), (torch.randn(4, 3),), "all_inf")
+
+
+def inf_and_nan():
+    return Case(InfAndNaN(), (torch.randn(4, 3),), "inf_and_nan")
+
+
+def inf_gradient():
+    return Case(InfGradient(), (torch.randn(4, 3),), "inf_gradient")
 
 
 def big_rmsnorm():

@@ -148,6 +148,32 @@ def detach_outputs(gm, example_inputs):
     return lambda *args: [o.detach() for o in gm(*args)]
 
 
+def _wrong_on_call(n: int):
+    """A race that fires on exactly the n-th call of each compiled graph: 20% error on every fourth element
+    of its floating outputs; every other call is the graph's own result."""
+    def backend(gm, example_inputs):
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            outs = list(gm(*args))
+            if calls[0] != n:
+                return outs
+            bad = []
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    hit = (torch.arange(o.numel(), device=o.device) % 4 == 0).reshape(o.shape)
+                    o = torch.where(hit, o * 1.2, o)
+                bad.append(o)
+            return bad
+        return run
+    return backend
+
+
+first_call_race = _wrong_on_call(1)
+second_call_race = _wrong_on_call(2)
+
+
 def ulp_jitter(gm, example_inputs):
     """Nondeterministic but harmless: every other call moves one element by one ULP (like atomic adds
     landing in another order). Both runs are as accurate as eager."""

@@ -42,7 +42,31 @@ def _hang(out):
     return out
 
 
+def _every_rank_on_call(n_mod: int, harm):
+    """`harm` on every rank, on the calls of a compiled graph whose count is 0 mod `n_mod` (every second call)."""
+    def backend(gm, example_inputs):
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            out = gm(*args)
+            return harm(out) if calls[0] % n_mod == 0 else out
+        return run
+    return backend
+
+
+def _one_ulp(out):
+    """One element of the first output one ULP up: atomic adds landing in another order."""
+    def one(t):
+        t = t.clone()
+        t.view(-1)[0] = torch.nextafter(t.view(-1)[0], torch.tensor(float("inf"), dtype=t.dtype))
+        return t
+    return type(out)([one(out[0]), *out[1:]]) if isinstance(out, (tuple, list)) else one(out)
+
+
 corrupt_on_rank1 = _on_rank1(_perturb)
+ulp_jitter = _every_rank_on_call(2, _one_ulp)          # harmless nondeterminism: must pass as in one process
+second_call_race = _every_rank_on_call(2, _perturb)    # wrong on every second call: must fail
 crash_on_rank1 = _on_rank1(_crash)
 die_on_rank1 = _on_rank1(_die)
 hang_on_rank1 = _on_rank1(_hang)

@@ -64,6 +64,29 @@ def test_harmless_compiled_nondeterminism_is_judged_not_failed():
     r = check("models/mlp.py:build", backend=PLANTED + "ulp_jitter")
     assert r.status == "PASS", [row.verdict.message for row in r.rows]
     assert any("both compiled runs are judged" in n for n in r.rows[0].notes)
+    assert not r.compiled_repeatable and not r.to_dict()["compiled_repeatable"]  # the JSON tells the truth
+
+
+@pytest.mark.parametrize("race", ["first_call_race", "second_call_race"])
+@pytest.mark.parametrize("train", [False, True])
+def test_a_compiled_run_wrong_on_any_single_call_fails(race, train):
+    """Every produced compiled result is judged against the golden, whichever call produced it."""
+    r = check("models/mlp.py:build", backend=PLANTED + race, train=train)
+    assert r.exit_code == 1 and not r.compiled_repeatable
+    failed = [row for row in r.rows if not row.passed]
+    assert failed and all(row.verdict.code == "nondeterministic_compiled" for row in failed)
+    assert any("worse_than_eager" in row.verdict.message for row in failed)
+    assert r.rows[0].vs_golden.rmse > 10 * r.rows[0].reference_vs_golden.rmse  # the row shows the bad run
+
+
+@pytest.mark.parametrize("target,train", [("all_inf", False), ("inf_and_nan", False), ("inf_gradient", True)])
+def test_no_finite_value_anywhere_is_exit_2(target, train):
+    r = check(f"tests/cases.py:{target}", backend="aot_eager", train=train)
+    assert r.exit_code == 2
+    bad = [row for row in r.rows if row.verdict.status is Status.ERROR]
+    assert bad and all(row.verdict.code in ("golden_no_finite", "golden_all_nan") for row in bad)
+    if train:
+        assert [row.name for row in bad] == ["grad.w"]
 
 
 def test_mixed_int_bool_float_outputs():
@@ -157,9 +180,9 @@ def test_lost_in_place_update_fails(target, mutated):
 
 def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():
     r = check("tests/cases.py:noisy_eager", backend="aot_eager")
-    assert not r.eager_repeatable and r.compiled_repeatable
+    assert not r.eager_repeatable and not r.compiled_repeatable  # both move: said, not blamed
     row = r.rows[0]
-    assert row.verdict.code != "nondeterministic_compiled"
+    assert row.passed and row.verdict.code != "nondeterministic_compiled"
     assert any("eager is not bitwise repeatable" in n for n in row.notes)
     assert any("eager is nondeterministic too" in n for n in row.notes)
 

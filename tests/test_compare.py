@@ -1,4 +1,5 @@
 """The comparison core: metric definitions, chunking, and the verdict on constructed tensors."""
+import functools
 import math
 
 import pytest
@@ -156,16 +157,31 @@ def test_ulp_of_float64_results_is_finite():
     assert math.isfinite(m.ulp_max) and m.ulp_max > 0
 
 
-def test_all_nonfinite_golden_is_judged_by_positions():
-    """NaN/Inf propagation tests: every golden element is NaN or Inf; only positions can be compared."""
+def test_all_nonfinite_golden_in_a_probe_is_judged_by_positions():
+    """NaN/Inf propagation probes: every golden element is NaN or Inf; only positions can be compared."""
     golden = torch.tensor([math.inf, -math.inf, math.nan, math.inf], dtype=torch.float64)
     eager = golden.float()
-    assert compare(eager.clone(), eager, golden).verdict.code == "nonfinite_positions_match"
+    probe = functools.partial(compare, nonfinite_probe=True)
+    assert probe(eager.clone(), eager, golden).verdict.code == "nonfinite_positions_match"
     shuffled = eager[[1, 0, 2, 3]].contiguous()
-    assert compare(shuffled, eager, golden).verdict.code == "nan_inf_mismatch"
+    assert probe(shuffled, eager, golden).verdict.code == "nan_inf_mismatch"
     payload = eager.clone()
     payload[2] = -payload[2]  # a NaN with another sign bit: not bitwise equal, same positions
-    assert compare(payload, eager, golden).verdict.code == "nonfinite_positions_match"
+    assert probe(payload, eager, golden).verdict.code == "nonfinite_positions_match"
+    nan = torch.full((4,), math.nan, dtype=torch.float64)
+    assert probe(nan.float(), nan.float(), nan).verdict.code == "nonfinite_positions_match"
+
+
+@pytest.mark.parametrize("golden", [
+    torch.full((64,), math.inf, dtype=torch.float64),                           # exp(1000 x): +Inf everywhere
+    torch.tensor([math.inf, -math.inf, math.nan, math.inf], dtype=torch.float64),  # mixed Inf/NaN
+    torch.full((64,), math.nan, dtype=torch.float64)])
+def test_no_finite_value_anywhere_is_an_error_not_a_pass(golden):
+    """Outside a probe, an output with no finite value in eager, compiled and golden has nothing to judge."""
+    eager = golden.float()
+    row = compare(eager.clone(), eager, golden)
+    assert row.verdict.status is Status.ERROR
+    assert row.verdict.code in ("golden_no_finite", "golden_all_nan")
 
 
 def test_small_value_error_counts_are_judged_by_significance():

@@ -67,6 +67,19 @@ def test_meta_llama_passes_with_gradient_shards(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend,code", [("ulp_jitter", 0), ("second_call_race", 1)])
+def test_every_compiled_run_is_judged_on_each_rank(backend, code, tmp_path):
+    """As in one process: a harmless 1-ULP jitter between the two compiled runs passes (both judged against
+    the golden), a second run that is wrong fails."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "r.json"
+    proc = sharded("models/meta.py:build_tiny_meta", "--backend", f"{PLANTED}:{backend}", "--json", str(out))
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["failing_ranks"] == ([] if code == 0 else [0, 1])
+
+
+@pytest.mark.slow
 def test_a_compiled_block_wrong_on_rank_1_only_fails_naming_rank_1_under_torchrun(tmp_path):
     """Launched by the user's torchrun: each process finds itself a rank; both exit with the agreed code 1."""
     out = tmp_path / "r.json"

@@ -76,7 +76,7 @@ def _any(pred, t: torch.Tensor) -> bool:
     return any(bool(pred(c[0]).any()) for c in iter_aligned_chunks([t], eager_chunk_elems(t.device)))
 
 
-def _structural_check(name: str, result, reference, golden) -> Comparison | None:
+def _structural_check(name: str, result, reference, golden, probe: bool = False) -> Comparison | None:
     if not isinstance(result, torch.Tensor) or not isinstance(reference, torch.Tensor):
         return input_error(name, "type_mismatch",
                            f"expected tensors, got {type(result).__name__} (compiled) and {type(reference).__name__} (eager)",
@@ -92,17 +92,21 @@ def _structural_check(name: str, result, reference, golden) -> Comparison | None
                            f"golden shape {tuple(golden.shape)} != eager {tuple(result.shape)}: the fp64 model differs", result)
     if result.numel() == 0:
         return input_error(name, "empty", "output is empty (0 elements): nothing to compare, cannot pass", result)
-    if golden is not None and golden.is_floating_point() and not _any(lambda c: ~torch.isnan(c), golden):
-        return input_error(name, "golden_all_nan", "golden (fp64) output is all NaN: the model or inputs are "
-                           "broken, no verdict is possible", result)
+    if not probe and golden is not None and golden.is_floating_point() and not _any(torch.isfinite, golden):
+        # no finite value to judge anywhere: an overflow everywhere (exp(1000 x)) is as broken as an all-NaN
+        if not _any(lambda c: ~torch.isnan(c), golden):
+            return input_error(name, "golden_all_nan", "golden (fp64) output is all NaN: the model or inputs are "
+                               "broken, no verdict is possible", result)
+        return input_error(name, "golden_no_finite", "golden (fp64) output has no finite value (all NaN/Inf): "
+                           "the model overflows or its inputs are broken, no verdict is possible", result)
     if result.is_floating_point() and not _any(torch.isfinite, result):
         return _no_finite_result(name, result, reference, golden)
     return None
 
 
 def _no_finite_result(name: str, result, reference, golden) -> Comparison:
-    """The compiled output holds only NaN/Inf. Only when the golden is non-finite everywhere too (a NaN/Inf
-    propagation test) can positions be judged; otherwise this never passes."""
+    """The compiled output holds only NaN/Inf. Only in a NaN/Inf propagation probe (`nonfinite_probe`), where
+    the golden is non-finite everywhere too, can positions be judged; otherwise this never passes."""
     if golden is not None and not bool(torch.isfinite(golden).any()):
         pattern = classify_nonfinite(result)
         if bool((pattern == classify_nonfinite(golden.to(result.device))).all()):
@@ -132,11 +136,14 @@ def _as_real(t: torch.Tensor | None) -> torch.Tensor | None:
 
 def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor | None = None, *,
             policy: Policy | None = None, exact: bool = False, exact_reason: str = "", name: str = "output",
-            reference_vs_golden: Metrics | None = None, chunk_elems: int | None = None) -> Comparison:
+            reference_vs_golden: Metrics | None = None, chunk_elems: int | None = None,
+            nonfinite_probe: bool = False) -> Comparison:
     """Compare `result` (compiled/fused) with `reference` (eager) and, if given, both with `golden` (fp64).
 
     `exact=True` demands bitwise equality (data movement). `reference_vs_golden` lets a caller pass a
     precomputed (for example, worst-of-two-runs) eager error instead of recomputing it.
+    `nonfinite_probe=True` marks a NaN/Inf propagation probe (NaN/Inf planted in the inputs): a golden with
+    no finite value is then judged by positions; elsewhere it is an error (no verdict without a finite value).
     """
     policy = policy or Policy()
     dtype = getattr(result, "dtype", None)  # judged as this dtype, also where the arithmetic runs on a copy
@@ -144,12 +151,12 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
         result, reference = result.float(), reference.float()  # exact: fp8 -> fp32 loses no bit
     if getattr(golden, "dtype", None) in NARROW_FLOATS:  # the model itself casts to fp8: so does its golden
         golden = golden.float()
-    bad = _structural_check(name, result, reference, golden)
+    bad = _structural_check(name, result, reference, golden, nonfinite_probe)
     if bad is not None:
         return bad
     if result.is_complex():
         result, reference, golden = _as_real(result), _as_real(reference), _as_real(golden)
-        bad = _structural_check(name, result, reference, golden)  # NaN/finiteness of the real view
+        bad = _structural_check(name, result, reference, golden, nonfinite_probe)  # finiteness of the real view
         if bad is not None:
             return bad
     judged = result.dtype if dtype.is_complex else dtype  # complex: judged as its real parts

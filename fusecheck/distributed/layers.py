@@ -257,9 +257,10 @@ def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
     got = ctx.spec.compute_only(delivered.clone(), _clone(inputs))
     eager = eager_fn(delivered.clone(), _clone(inputs))
     gold = ctx.spec.compute_golden(delivered.double(), _to(inputs, torch.float64))
+    probe = variant.startswith("nan_inf:") if variant else False
     variant = variant or "finite"
-    return _result(ctx, "compute", compare(got, eager, gold, policy=ctx.policy, name=f"compute[{variant}]"),
-                   variant=variant)
+    return _result(ctx, "compute", compare(got, eager, gold, policy=ctx.policy, name=f"compute[{variant}]",
+                                           nonfinite_probe=probe), variant=variant)
 
 
 def whole_layer(ctx: RunContext) -> dict:

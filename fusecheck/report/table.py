@@ -30,6 +30,7 @@ CODE_PHRASES: dict[str, str] = {
     "golden_shape_mismatch": "the golden's shape differs from eager's: cannot be judged",
     "empty": "the output has no elements: nothing to judge",
     "golden_all_nan": "the golden is all NaN: nothing to judge against",
+    "golden_no_finite": "the golden has no finite value (all NaN/Inf): nothing to judge against",
     "no_finite_values": "no finite value to compare",
 }
 

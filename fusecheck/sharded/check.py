@@ -47,18 +47,22 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def run_sharded(fn, case: Case, *, train: bool, cotangents, seed: int, digests_only: bool = False) -> RunResult:
-    """`run_once`, with each parameter's gradient read from where FSDP puts it: this rank's shard."""
+def run_sharded(fn, case: Case, *, train: bool, cotangents, seed: int, digests_only: bool = False,
+                differs_from: dict | None = None) -> RunResult:
+    """`run_once`, with each parameter's gradient read from where FSDP puts it: this rank's shard. With
+    `differs_from` (the first run's digests), results whose bits differ are kept in full to be judged."""
     params = dict(case.model.named_parameters())
     for p in params.values():
         p.grad = None
     result = run_once(fn, case, train=train, cotangents=cotangents, seed=seed, param_grads=False,
-                      digests_only=digests_only)
+                      digests_only=digests_only, differs_from=differs_from)
     for name, p in params.items():
         if p.grad is not None:
             g = _local(p.grad).detach().clone()
             if digests_only:
-                result.digests[f"grad.{name}"] = digest(g)
+                d = result.digests[f"grad.{name}"] = digest(g)
+                if differs_from is not None and differs_from.get(f"grad.{name}") != d:
+                    result.differing[f"grad.{name}"] = g
             else:
                 result.grads[f"grad.{name}"] = g
             p.grad = None
@@ -173,7 +177,8 @@ def _check_rank(case: Case, *, backend, dtype, device, train, policy, seed, bloc
     try:
         with measured("compiled"), shard.enough_recompiles(len(plan.blocks)):
             compiled = run(model, cotangents=eager.cotangents)
-            compiled2 = run(model, cotangents=eager.cotangents, digests_only=True)
+            first = {k: digest(v) for k, v in compiled.all().items()}  # every compiled run is judged
+            compiled2 = run(model, cotangents=eager.cotangents, digests_only=True, differs_from=first)
             if recorder is not None:
                 replay_compiled(recorder, train)
     finally:
@@ -181,8 +186,11 @@ def _check_rank(case: Case, *, backend, dtype, device, train, policy, seed, bloc
     if _buffer_digests(model) != buffers:
         raise TargetError(f"{case.name!r} updates its buffers in place; the sharded check does not reset module "
                           "state between runs: check it on one process")
+    compiled_noisy = _differing(compiled, compiled2)
     judge = RowJudge(eager.all(), compiled.all(), policy, eager_noisy=_differing(eager, eager2),
-                     compiled_noisy=_differing(compiled, compiled2))
+                     compiled_noisy=compiled_noisy,
+                     compiled_again={k: v for k, v in compiled2.differing.items() if k in compiled_noisy})
+    del compiled2
     names, extra = list(eager.all()), sorted(set(compiled.all()) - set(eager.all()))
     cotangents = eager.cotangents
     del eager, compiled
