@@ -18,6 +18,9 @@ class Backend:
     doc: str
     make: Callable[[], Callable[..., Any]]
     is_inductor: bool = False
+    # registered backends get fusecheck's decision taps appended to their graphs (decisions/tap.py); a
+    # user's backend receives the model's own graph, outputs and calling convention, untouched
+    user: bool = False
 
 
 BACKENDS: dict[str, Backend] = {
@@ -38,7 +41,7 @@ def resolve_backend(spec: str | Callable[..., Any]) -> Backend:
     pass one: `backend=my_backend`)."""
     if callable(spec) and not isinstance(spec, str):
         fn = spec
-        return Backend(getattr(fn, "__name__", type(fn).__name__), "user backend (a callable)", lambda: fn)
+        return Backend(getattr(fn, "__name__", type(fn).__name__), "user backend (a callable)", lambda: fn, user=True)
     if not isinstance(spec, str):
         raise TargetError(f"backend {spec!r} is neither a name, FILE.py:NAME nor a callable dynamo backend")
     if spec in BACKENDS:
@@ -47,5 +50,5 @@ def resolve_backend(spec: str | Callable[..., Any]) -> Backend:
         fn = load_object(spec)
         if not callable(fn):
             raise TargetError(f"backend {spec!r} is not callable")
-        return Backend(spec, "user backend", lambda: fn)
+        return Backend(spec, "user backend", lambda: fn, user=True)
     raise TargetError(f"unknown backend {spec!r}; registered: {', '.join(BACKENDS)}, or FILE.py:NAME")

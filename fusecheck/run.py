@@ -22,6 +22,7 @@ from fusecheck.case import Case, TargetError
 from fusecheck.compare import Comparison, Status, input_error
 from fusecheck.decisions.follow import Recorder
 from fusecheck.decisions.passes import golden_passes
+from fusecheck.decisions.tap import decision_nodes
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.digest import digest
 from fusecheck.execute import RunResult, module_tensors, rng_changed, rng_states, run_once, state_snapshot
@@ -242,7 +243,7 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
                          state=state)
 
     torch._dynamo.reset()
-    capture = GraphCapture(be.make(), decisions=[])
+    capture = GraphCapture(be.make(), decisions=None if be.user else [])
     if regional:
         for _, block in plan.blocks:
             block.compile(backend=capture)
@@ -302,6 +303,9 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
     mode = "streamed" if plan is not None and golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
     notes: list[str] = decision_notes
+    if be.user and any(decision_nodes(g.gm) for g in capture.graphs):
+        notes.append("decisions: a user backend receives the model's own graph (no decision taps), so where "
+                     "it takes a discrete decision (topk, relu, max-pool...) at a near-tie the golden keeps its own")
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     if plan is not None and golden != "whole" and mode == "whole":

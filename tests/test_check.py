@@ -223,3 +223,23 @@ def test_models_that_once_broke_the_harness_are_judged(target):
     """Expanded or reassigned buffers, a forward that reseeds itself, torch.cond in the golden, an fp8 output."""
     r = check(f"tests/cases.py:{target}", backend="aot_eager")
     assert r.passed, [(row.name, row.verdict.message) for row in r.rows]
+
+
+def test_a_user_backend_sees_the_models_own_graph():
+    """The decision taps (which append choices to the graph) are for registered backends: a user backend gets
+    the graph dynamo captured, so the naive `lambda *a: (fused(*a),)` of a fused-op author works."""
+    from fusecheck.case import Case
+
+    class SoftmaxTimesMax(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, -1) * x.max(-1, keepdim=True).values
+
+    seen = []
+
+    def naive(gm, example_inputs):
+        seen.append(len([n for n in gm.graph.nodes if n.op == "output"][0].args[0]))
+        return lambda *a: (SoftmaxTimesMax()(*a),)
+
+    r = run_check(Case(SoftmaxTimesMax(), (torch.randn(8, 32),), "softmax_max"), backend=naive)
+    assert r.exit_code == 0 and seen == [1]
+    assert any("user backend receives the model's own graph" in n for n in r.notes)
