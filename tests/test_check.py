@@ -243,3 +243,10 @@ def test_a_user_backend_sees_the_models_own_graph():
     r = run_check(Case(SoftmaxTimesMax(), (torch.randn(8, 32),), "softmax_max"), backend=naive)
     assert r.exit_code == 0 and seen == [1]
     assert any("user backend receives the model's own graph" in n for n in r.notes)
+
+
+def test_the_table_counts_differing_elements_zero_on_a_bitwise_equal_row():
+    from fusecheck.report.table import format_report
+    r = check("models/mlp.py:build", backend="aot_eager")
+    line = next(ln for ln in format_report(r).splitlines() if ln.startswith("output "))
+    assert "bitwise_equal" in line and " 0 " in line and "yes" not in line

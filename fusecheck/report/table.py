@@ -53,7 +53,7 @@ def _bitwise(row) -> str:
     if m.bitwise_equal < 0:
         return "n/a"
     differ = int(m.numel - m.bitwise_equal)
-    return "yes" if differ == 0 else f"{differ}/{int(m.numel)}"
+    return "0" if differ == 0 else f"{differ}/{int(m.numel)}"  # the column counts differing elements
 
 
 def _ratio(row) -> str:
