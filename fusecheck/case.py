@@ -1,7 +1,8 @@
 """What the user checks: a model plus example inputs, loaded from `FILE.py:NAME`.
 
 A target function returns a `Case` or a `(model, inputs)` tuple; `inputs` may be one tensor or a tuple.
-Loading problems raise `TargetError`, which the CLI maps to exit code 2 (bad input), never to a verdict.
+Loading problems raise `TargetError`, which the CLI maps to exit code 2 (bad input), never to a verdict;
+`refuse_meta` is one of them (a model or inputs on the meta device have no values to check).
 """
 from __future__ import annotations
 
@@ -72,6 +73,41 @@ def load_object(spec: str) -> Any:
     if not hasattr(module, attr):
         raise TargetError(f"{spec!r}: {where} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+def _meta_tensors(obj: Any, path: str, found: list[str], depth: int = 0) -> None:
+    if isinstance(obj, torch.Tensor):
+        if obj.is_meta:
+            found.append(path)
+    elif depth < 4 and isinstance(obj, (list, tuple)):
+        for i, x in enumerate(obj):
+            _meta_tensors(x, f"{path}[{i}]", found, depth + 1)
+    elif depth < 4 and isinstance(obj, dict):
+        for k, x in obj.items():
+            _meta_tensors(x, f"{path}[{k!r}]", found, depth + 1)
+
+
+def refuse_meta(case: Case) -> None:
+    """A model or input on the meta device has shapes but no values: nothing to run or compare. One
+    TargetError (exit 2) naming what is on meta and what to do, instead of a traceback from deep in a run.
+    (A sharded check, `--nproc N`, builds on meta on purpose and initialises each rank's shard.)"""
+    found: list[str] = []
+    model = case.model
+    if isinstance(model, torch.nn.Module):
+        found += [f"parameter {n}" for n, t in model.named_parameters() if t.is_meta][:3]
+        found += [f"buffer {n}" for n, t in model.named_buffers() if t.is_meta][:3]
+        if found:
+            raise TargetError(f"case {case.name!r}: the model is on the meta device ({', '.join(found[:3])}): it "
+                              "has shapes but no values to check; build it on a real device (cpu, cuda), or, for "
+                              "a model too large for one device, shard it with `fusecheck check --nproc N`, "
+                              "which initialises each rank's shard")
+    for i, x in enumerate(case.inputs):
+        _meta_tensors(x, f"input {i}", found)
+    for k, x in case.kwargs.items():
+        _meta_tensors(x, f"keyword input {k!r}", found)
+    if found:
+        raise TargetError(f"case {case.name!r}: {', '.join(found[:3])}: on the meta device, a shape with no "
+                          "values to run; build the inputs on a real device (cpu, cuda) with real values")
 
 
 def load_target(spec: str | None = None, seed: int = 0) -> Case:

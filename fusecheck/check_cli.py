@@ -35,7 +35,8 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "FILE.py:NAME")
     add_dtype_argument(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda, npu (with torch_npu) or mps")
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights, inputs and cotangents")
+    from fusecheck.cli import seed
+    p.add_argument("--seed", type=seed, default=0, help="seed of the weights, inputs and cotangents (0..2^63-1)")
     p.add_argument("--train", action="store_true",
                    help="also compare the gradients of parameters and inputs (the model stays in eval mode)")
     p.add_argument("--policy", default=None,
@@ -110,16 +111,21 @@ def _error_reports(args: argparse.Namespace, started: float) -> Callable[[str, i
                             and Path(args.json_path).resolve() == Path(args.baseline).resolve())
 
     def write(message: str, exit_code: int) -> None:
+        import sys
+
+        from fusecheck.outputs import ReportWriteError, write_reports
+        from fusecheck.report.html import write_html
         from fusecheck.report.json_report import write_json
         from fusecheck.report.junit import write_junit_error
         data = {"case": args.target or "default", "status": "ERROR", "exit_code": exit_code, "error": message}
-        if args.json_path and not same_as_baseline:
-            write_json(data, args.json_path)
-        if args.junit:
-            write_junit_error(target_id(args.target), message, args.junit, seconds=time.monotonic() - started)
-        if args.html:
-            from fusecheck.report.html import write_html
-            write_html("check", data, args.html)
+        try:
+            write_reports([
+                ("--json", not same_as_baseline and args.json_path, lambda: write_json(data, args.json_path)),
+                ("--junit", args.junit, lambda: write_junit_error(target_id(args.target), message, args.junit,
+                                                                  seconds=time.monotonic() - started)),
+                ("--html", args.html, lambda: write_html("check", data, args.html))])
+        except ReportWriteError as exc:  # said here; the run's own error is what ends it
+            print(f"fusecheck: error: {exc}", file=sys.stderr)
     return write
 
 
@@ -131,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         return code
     phase("loading torch and the target")
     from fusecheck.cli import usage_errors
-    from fusecheck.case import load_target
+    from fusecheck.case import load_target, refuse_meta
+    from fusecheck.outputs import write_reports
     from fusecheck.policy import Policy
     from fusecheck.progress import quiet_compiler_logs
     from fusecheck.report.baseline import diff_against, load_baseline
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
             phase(f"loading the target {args.target or '(built-in transformer block)'}")
             case = load_target(args.target, seed=args.seed)
+            refuse_meta(case)
             toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
             with quiet_compiler_logs(not args.verbose):
                 report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
@@ -162,6 +170,16 @@ def run(args: argparse.Namespace) -> int:
         raise
     diff = diff_against(report, baseline) if baseline is not None else None
     gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)
+    data = report.to_dict()
+    data["gate"] = {"exit_code": gate, "baseline": args.baseline, **(diff.to_dict() if diff else {})}
+    from fusecheck.report.html import write_html
+    # the reports first: the verdict is printed only once they exist (a full disk is exit 3, one line)
+    write_reports([
+        ("--json", args.json_path, lambda: write_json(data, args.json_path)),
+        ("--junit", args.junit, lambda: write_junit(report, args.junit, known=diff.known_names if diff else frozenset(),
+                                                    suite=target_id(args.target), seconds=time.monotonic() - started)),
+        ("--html", args.html, lambda: write_html("check", data, args.html))],
+        verdict=f"{'PASS' if gate == 0 else report.status if gate == report.exit_code else 'FAIL'} (exit {gate})")
     print(format_report(report, verbose=args.verbose))
     if report.exit_code == 1 and args.backend != "inductor":
         print(f"to find the subgraph that backend {args.backend!r} makes worse: fusecheck bisect "
@@ -169,14 +187,4 @@ def run(args: argparse.Namespace) -> int:
     if diff is not None:
         print("\n".join(diff.lines()))
         print(f"gate with the baseline: {'PASS' if gate == 0 else 'FAIL'} (exit {gate})")
-    data = report.to_dict()
-    data["gate"] = {"exit_code": gate, "baseline": args.baseline, **(diff.to_dict() if diff else {})}
-    if args.json_path:
-        write_json(data, args.json_path)
-    if args.junit:
-        write_junit(report, args.junit, known=diff.known_names if diff else frozenset(),
-                    suite=target_id(args.target), seconds=time.monotonic() - started)
-    if args.html:
-        from fusecheck.report.html import write_html
-        write_html("check", data, args.html)
     return gate

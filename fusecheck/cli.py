@@ -24,10 +24,12 @@ EPILOG = ("exit codes: 0 pass, 1 fail, 2 bad usage/input, 3 tool or compiler err
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("fusecheck.check_cli", "compare eager, compiled and golden on a target"),
     "matrix": ("fusecheck.matrix", "run the check once per fusion toggle"),
-    "toggles": ("fusecheck.passes.cli", "list the fusion toggles, what each does and whether torch supports it"),
-    "bisect": ("fusecheck.bisect.cli", "name the pass or fusion that makes compiled worse than eager"),
-    "dist": ("fusecheck.distributed.cli", "layered validation of distributed fused comm+compute kernels"),
+    "toggles": ("fusecheck.toggles_cli", "list the fusion toggles, what each does and whether torch supports it"),
+    "bisect": ("fusecheck.bisect_cli", "name the pass or fusion that makes compiled worse than eager"),
+    "dist": ("fusecheck.dist_cli", "layered validation of distributed fused comm+compute kernels"),
 }
+# Each module above imports no torch at its top (its `run` imports the heavy modules), so that every
+# `fusecheck COMMAND -h` answers in a fraction of a second (tests/test_cli_inputs.py holds each one to it).
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_TIME_LIMIT_S = 3600.0
@@ -79,6 +81,20 @@ def seconds(text: str) -> float:
     return value
 
 
+SEED_MAX = 2 ** 63 - 1  # torch.manual_seed takes a 64-bit integer; a seed is a count, so 0..2^63-1
+
+
+def seed(text: str) -> int:
+    """--seed: an integer 0..2^63-1 (a larger one overflowed inside torch, as a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer seed (0..2^63-1)") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{text}: a seed is an integer from 0 to 2^63-1 ({SEED_MAX})")
+    return value
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options every command shares (also for `python -m fusecheck.dist`)."""
     p.add_argument("--time-limit", type=seconds, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
@@ -113,7 +129,7 @@ def _stop_children() -> None:
 
 def run_command(module, args: argparse.Namespace) -> int:
     """Validate the outputs, then run the subcommand with a time limit and progress; map errors to exit codes."""
-    from fusecheck.outputs import OutputPathError, prepare_outputs
+    from fusecheck.outputs import OutputPathError, ReportWriteError, prepare_outputs
     from fusecheck.progress import Progress
     from fusecheck.watchdog import Watchdog
 
@@ -132,6 +148,9 @@ def run_command(module, args: argparse.Namespace) -> int:
     except OutputPathError as exc:
         print(f"fusecheck: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ReportWriteError as exc:  # the run ended, its report could not be written: no traceback, no verdict
+        print(f"fusecheck: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # compile errors and other tool failures: never a verdict, never exit 1
         if isinstance(exc, usage_errors()):
             print(f"fusecheck: error: {exc}", file=sys.stderr)

@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tabulate import tabulate
-
 if TYPE_CHECKING:  # torch is imported when a matrix runs, not for `fusecheck matrix -h`
     from fusecheck.case import Case
 
@@ -105,22 +103,37 @@ class MatrixReport:
                 "rows": [r.to_dict() for r in self.rows]}
 
     def table(self) -> str:
-        head = ["row", "kernels", "fused fx->k", "!= eager", "rmse", "max rel", "ulp", "ratio", "vs ref", "verdict", ""]
-        body = []
+        """The matrix within 120 columns: one row per toggle; a row that did not run says why under the table."""
+        from fusecheck.report.table import WIDTH, _wrap, compact_number, count, render_table
+
+        head = ["row", "kernels", "fused\nfx->k", "!=\neager", "rmse", "max\nrel", "ulp", "ratio", "vs\nref",
+                "verdict", "note"]
+        body, not_run = [], []
         for r in self.rows:
             n = r.numbers()
             if not n:
-                body.append([r.name, "", "", "", "", "", "", "", "", r.skipped or "", ""])
+                why = r.skipped or "not run"
+                body.append([r.name, "", "", "", "", "", "", "", "", "-", why.split(":")[0] + " (below)"])
+                not_run.append(f"{r.name}: {why}")
                 continue
-            diff = "0" if n["bitwise_equal_to_eager"] else f"{n['elements_differing_from_eager']}/{n['numel']}"
+            diff = "0" if n["bitwise_equal_to_eager"] else (f"{count(n['elements_differing_from_eager'])}/"
+                                                            f"{count(n['numel'])}")
             fused = "" if n["kernels"] is None else f"{n['fx_nodes_fused']}->{n['fused_kernels']}"
-            move = "" if r.reference is None else f"{r.movement:.2f} ({r.reference})"
-            body.append([r.name, n["kernels"], fused, diff, _g(n["rmse"]), _g(n["max_rel"]), _g(n["ulp_max"]),
-                         _g(n["error_ratio"]), move, n["verdict"],
-                         MARK if r.most else (NO_EFFECT if r.no_effect else "")])
+            move = "" if r.reference is None else f"{r.movement:.2f}"
+            body.append([r.name, n["kernels"], fused, diff, _g(n["rmse"]), _g(n["max_rel"]),
+                         compact_number(n["ulp_max"]), compact_number(n["error_ratio"]), move, n["verdict"],
+                         MARK if r.most else ("no effect" if r.no_effect else "")])
+        refs = sorted({(r.reference, r.name) for r in self.rows if r.reference not in (None, BASELINE)})
+        against = "the baseline row" + "".join(f"; {name}'s: the {ref} row" for ref, name in refs)
         legend = ("!= eager: elements not bitwise equal to eager; rmse/max rel/ulp: compiled vs golden (worst "
-                  "output); ratio: compiled rmse / eager rmse; vs ref: max |log2| change of rmse vs the reference row")
-        return tabulate(body, headers=head) + "\n" + legend
+                  "output); ratio: compiled rmse / eager rmse; vs ref: max |log2| change of rmse against "
+                  f"{against}")
+        lines = [render_table(head, body, width=WIDTH, wrap={10: 9, 0: 16}), *_wrap(legend, "")]
+        if any(r.no_effect for r in self.rows):
+            lines.append(f"note 'no effect': {NO_EFFECT}")
+        if not_run:
+            lines += ["not run:"] + [x for line in not_run for x in _wrap(line)]
+        return "\n".join(lines)
 
 
 NO_EFFECT = "no effect on this target (same kernels, same numbers)"
@@ -244,7 +257,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusecheck.case import load_target
+    from fusecheck.case import load_target, refuse_meta
+    from fusecheck.outputs import write_reports
     from fusecheck.passes import ToggleError
     from fusecheck.policy import Policy
     from fusecheck.report.json_report import write_json
@@ -257,16 +271,19 @@ def run(args: argparse.Namespace) -> int:
 
     phase(f"loading the target {args.target or '(built-in transformer block)'}")
     case = load_target(args.target, seed=args.seed)
+    refuse_meta(case)
     with quiet_compiler_logs(not args.verbose):
         report = run_matrix(case, toggles, all_together=args.all_together, backend=args.backend, dtype=args.dtype,
                             device=args.device, train=args.train, policy=Policy.load(args.policy), seed=args.seed)
-    print(f"fusecheck matrix: {case.name}  backend={args.backend}  dtype={args.dtype or 'the model’s own'}  "
-          f"device={args.device}  train={args.train}")
-    print(report.table())
     data = report.to_dict()
-    if args.json_path:
-        write_json(data, args.json_path)
-    if args.html:
-        from fusecheck.report.html import write_html
-        write_html("matrix", data, args.html)
+    from fusecheck.report.html import write_html
+    write_reports([("--json", args.json_path, lambda: write_json(data, args.json_path)),  # before the verdict
+                   ("--html", args.html, lambda: write_html("matrix", data, args.html))],
+                  verdict=f"{report.baseline.report.status if report.baseline.report else 'ERROR'} "
+                          f"(exit {report.exit_code})")
+    from fusecheck.report.table import _wrap
+    dtype = args.dtype or "the model’s own"
+    print("\n".join(_wrap(f"fusecheck matrix: {case.name}  backend={args.backend}  dtype={dtype}  "
+                          f"device={args.device}  train={args.train}", "")))
+    print(report.table())
     return report.exit_code

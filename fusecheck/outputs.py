@@ -2,7 +2,8 @@
 
 Why: a path checked only when the report is written loses the whole run (a 30 s check, a 20 min bisect)
 to a folder that does not exist yet, the usual CI case. So every output path is validated up front: its
-folder is created, a directory or an unwritable place is a usage error (exit 2, one line).
+folder is created, a directory or an unwritable place is a usage error (exit 2, one line). A write that
+still fails at the end (a full disk) is exit 3 in one line (`write_reports`), before any verdict is printed.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 class OutputPathError(ValueError):
@@ -51,3 +53,26 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         if resolved in seen:
             raise OutputPathError(f"{option} and {seen[resolved]} both name {path}; give each its own file")
         seen[resolved] = option
+
+
+class ReportWriteError(RuntimeError):
+    """A report that could not be written once the run had its verdict (the disk filled up, the file went
+    away): exit 3 in one line, naming the file and the OS error; the verdict is never printed as if the
+    report existed."""
+
+
+def write_reports(writers: list[tuple[str, object, Callable[[], object]]], verdict: str = "") -> None:
+    """Run each `(option, path, write)` for the paths given (a falsy path is skipped); every writer is tried.
+    A failed one raises ReportWriteError naming each option, file and OS error, and `verdict` (what the run
+    found, so the work is not lost): `--json /dev/full: cannot write the report (No space left on device)`."""
+    failed = []
+    for option, path, write in writers:
+        if not path:
+            continue
+        try:
+            write()
+        except OSError as exc:
+            failed.append(f"{option} {path}: cannot write the report ({exc.strerror or exc})")
+    if failed:
+        found = f"; the run's verdict was {verdict}, but it ends with exit 3 as a report is missing" if verdict else ""
+        raise ReportWriteError("; ".join(failed) + found)

@@ -164,14 +164,21 @@ class Policy:
             raise PolicyError(f"{source}: a policy is a table/object, not {type(data).__name__}")
         unknown = set(data) - {"tolerance", "ratios", "small_value"}
         if unknown:
-            raise PolicyError(f"{source}: unknown policy keys {sorted(unknown)}; expected tolerance, ratios, small_value")
+            raise PolicyError(f"{source}: unknown policy keys {sorted(unknown)}; known: tolerance, ratios, small_value")
         tolerances = dict(DEFAULT_TOLERANCES)
         small_value = dict(DEFAULT_SMALL_VALUE)
         ratios = dataclasses.asdict(Ratios())
         relaxations: list[Relaxation] = []
 
-        for dtype, entry in (data.get("tolerance") or {}).items():
-            dtype = canonical_dtype_name(dtype, source)
+        tolerance = data.get("tolerance") or {}
+        if not isinstance(tolerance, Mapping):
+            raise PolicyError(f"{source}: [tolerance] is a table of dtypes ([tolerance.bf16] rtol/atol/reason), "
+                              f"not {type(tolerance).__name__}")
+        for given, entry in tolerance.items():
+            dtype = canonical_dtype_name(given, source)
+            if isinstance(entry, Mapping) and set(entry) - TOLERANCE_KEYS:
+                raise PolicyError(f"{source}: unknown key(s) {sorted(set(entry) - TOLERANCE_KEYS)} in "
+                                  f"[tolerance.{given}]; known: {', '.join(sorted(TOLERANCE_KEYS))}")
             base = tolerances.get(dtype, Tolerance(0.0, 0.0))
             reason = str(entry.get("reason", ""))
             new = Tolerance(float(entry.get("rtol", base.rtol)), float(entry.get("atol", base.atol)))
@@ -185,7 +192,8 @@ class Policy:
         reason = str(ratio_entry.pop("reason", ""))
         for key, val in ratio_entry.items():
             if key not in ratios:
-                raise PolicyError(f"{source}: unknown ratio {key!r}; known: {sorted(ratios)}")
+                raise PolicyError(f"{source}: unknown key {key!r} in [ratios]; known: reason, "
+                                  f"{', '.join(sorted(ratios))}")
             old, val = ratios[key], float(val)
             if val != old:
                 loosens = val < old if key in LOOSER_WHEN_SMALLER else val > old
@@ -215,7 +223,13 @@ class Policy:
             path = Path(path)
             if not path.is_file():
                 raise PolicyError(f"policy file not found: {path}")
-            text = path.read_text()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); a policy file is "
+                                  "TOML or JSON in UTF-8") from exc
+            except OSError as exc:
+                raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror or exc})") from exc
             try:
                 data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
             except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -226,14 +240,19 @@ class Policy:
             candidate = folder / "pyproject.toml"
             if candidate.is_file():
                 try:
-                    data = tomllib.loads(candidate.read_text()).get("tool", {}).get("fusecheck")
-                except tomllib.TOMLDecodeError as exc:
+                    data = tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}).get("fusecheck")
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                     raise PolicyError(f"{candidate}: cannot parse it for [tool.fusecheck]: {exc}") from exc
+                except OSError as exc:
+                    raise PolicyError(f"{candidate}: cannot read it ({exc.strerror or exc})") from exc
                 if data:
                     return cls.from_mapping(data, f"{candidate} [tool.fusecheck]")
                 break
         return cls()
 
+
+# The keys of one [tolerance.<dtype>] table; anything else (a typo: `rtoll`) is refused, never ignored.
+TOLERANCE_KEYS = frozenset({"rtol", "atol", "reason"})
 
 # For these ratio keys a smaller value admits more error (a significance level: smaller = harder to fail).
 LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha"}

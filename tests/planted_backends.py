@@ -136,8 +136,16 @@ def drop_mutations(gm, example_inputs):
 
 
 def hang(gm, example_inputs):
-    """A compiled region that never returns (a deadlocked kernel): the command must still end."""
+    """A compiled region that never returns (a deadlocked kernel): the command must still end. With
+    FUSECHECK_TEST_HANG_MARKER set, it writes that file when the hang starts (tests wait for the phase, not
+    for a clock)."""
+    import os
+
     def run(*args):
+        marker = os.environ.get("FUSECHECK_TEST_HANG_MARKER")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(f"{time.monotonic()}\n")
         while True:
             time.sleep(1)
     return run

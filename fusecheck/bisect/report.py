@@ -1,10 +1,8 @@
-"""Rendering a BisectResult: the culprit table (tabulate) and JSON."""
+"""Rendering a BisectResult: the culprit table (within 120 columns) and JSON."""
 from __future__ import annotations
 
 import json
 from typing import Any
-
-from tabulate import tabulate
 
 from fusecheck.bisect.search import BisectResult
 from fusecheck.report.json_report import write_json as write_report_json
@@ -26,28 +24,30 @@ def _short(items: list[str], n: int = 6) -> str:
 
 
 def format_result(result: BisectResult) -> str:
-    lines = [f"bisect: {result.status.upper()} - {result.message}",
-             f"compiles used: {result.compiles}/{result.max_compiles}, {result.seconds:.1f} s; decisions counted: "
-             + ", ".join(f"{k} {v}" for k, v in result.decisions.items())]
+    from fusecheck.report.table import WIDTH, _wrap, render_table
+    lines = [*_wrap(f"bisect: {result.status.upper()} - {result.message}", ""),
+             *_wrap(f"compiles used: {result.compiles}/{result.max_compiles}, {result.seconds:.1f} s; decisions "
+                    "counted: " + ", ".join(f"{k} {v}" for k, v in result.decisions.items()), "")]
     if result.unavailable:
-        lines += [f"gate unavailable: {k}: {v}" for k, v in result.unavailable.items()]
+        lines += [x for k, v in result.unavailable.items() for x in _wrap(f"gate unavailable: {k}: {v}", "")]
     if result.culprits:
         rows = [[i + 1, c.decision.kind + (" (partial)" if c.partial else ""), c.decision.name,
                  _short(c.decision.fx_nodes) or "-", _short(c.kernels, 3) or "-", _rmse(c.with_it),
                  _rmse(c.without_it)] for i, c in enumerate(result.culprits)]
-        lines.append(tabulate(rows, headers=["#", "kind", "decision", "FX nodes", "kernel",
-                                             "rmse vs golden with it", "without it"], tablefmt="simple"))
+        lines.append(render_table(["#", "kind", "decision", "FX nodes", "kernel", "rmse vs golden\nwith it",
+                                   "\nwithout it"], rows, width=WIDTH,
+                                  wrap={3: 16, 4: 16, 2: 20, 5: 24, 6: 24}))
         for i, c in enumerate(result.culprits):
             if c.enabled_by:
-                lines.append(f"culprit {i + 1}: {c.chain}")
+                lines += _wrap(f"culprit {i + 1}: {c.chain}", "")
             if c.alternatives:
-                lines.append(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives))
+                lines += _wrap(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives), "")
     if result.kernels:
         rows = [[k.graph, k.kernel, _short(k.fx_nodes, 4), k.output, k.status, f"{k.rmse:.3g}",
                  f"{k.eager_rmse:.3g}", f"{k.ratio:.3g}" if k.ratio is not None else "-"] for k in result.kernels]
         lines.append("per-kernel attribution (kernel outputs vs its FX subgraph, eager dtype and fp64):")
-        lines.append(tabulate(rows, headers=["graph", "kernel", "FX nodes", "output", "verdict", "rmse",
-                                             "eager rmse", "ratio"], tablefmt="simple"))
+        lines.append(render_table(["graph", "kernel", "FX nodes", "output", "verdict", "rmse", "eager\nrmse",
+                                   "ratio"], rows, width=WIDTH, wrap={2: 20, 3: 20, 1: 20}))
     return "\n".join(lines)
 
 

@@ -12,51 +12,9 @@ import os
 import sys
 from dataclasses import dataclass
 
-from fusecheck.distributed.task import LAYERS, CheckTask
+from fusecheck.dist_cli import DEFAULT_REPEAT, DTYPES, LAYERS, add_arguments  # noqa: F401  (-h: no torch)
 
-DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16", "half": "float16", "fp64": "float64", "float64": "float64"}
-# runs per shape: a race fails some runs or changes layer 1's bits between runs, a layout bug fails all of them
-# the same way. The planted races measured (docs/benchmarks.md; also 14-40 of 40 runs on other machines)
-# fail at least 35 % of runs: with 10 runs a race at 35 % looks constant with probability
-# 0.35**10 + 0.65**10 < 1.4 %, and 10 repeats of the default small shapes take about a second at 2 ranks.
-DEFAULT_REPEAT = 10
 DEFAULT_TIME_LIMIT_S = 3600.0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("targets", nargs="+", metavar="SPEC",
-                        help="path/to/kernel.py:SpecClass (a fusecheck.distributed.DistSpec subclass), a .py file "
-                             "(every spec in it) or a folder (every spec in its *.py files)")
-    parser.add_argument("--world-size", type=int, default=2, help="ranks to start (ignored under torchrun) "
-                        "(default: %(default)s)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "hccl"],
-                        help="auto: hccl on NPU, nccl on CUDA, else gloo (default: %(default)s)")
-    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="(default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
-                        help="runs per shape: layer 1 again with the same tags, layers 2 and 3 with fresh inputs; "
-                             "a race varies between runs, a layout bug does not (default: %(default)s)")
-    parser.add_argument("--stress", action="store_true",
-                        help="add a run to every repeat in which one random straggler rank's communication calls "
-                             "are delayed (placement, magnitude or no delay drawn per call)")
-    parser.add_argument("--max-delay-ms", type=float, default=20.0,
-                        help="largest stress delay (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    parser.add_argument("--shape", action="append", default=[], metavar="k=v,...",
-                        help="shape dict for make_inputs, e.g. m=7,k=16,n=8 (repeatable; default: the spec's)")
-    parser.add_argument("--layers", default=",".join(LAYERS), help="subset of comm,compute,whole "
-                        "(default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds a rank may stay silent in one phase before it is reported as HANG "
-                             "(default: %(default)s)")
-    parser.add_argument("--start-method", choices=["fork", "forkserver", "spawn"],
-                        help="how ranks are started (default: fork for gloo, spawn for nccl/hccl)")
-    parser.add_argument("--spec-arg", action="append", default=[], metavar="k=v",
-                        help="constructor argument of the spec(s), typed by the constructor's annotations "
-                             "(int/float/bool/str) or else read as JSON; one per flag, so values may hold commas")
-    parser.add_argument("--policy", help="policy file (TOML/JSON); default: [tool.fusecheck] or built-in")
-    parser.add_argument("--json", help="write the full report (per-layer, per-rank verdicts) here")
-    parser.add_argument("--html", help="write a self-contained HTML page: the layer x rank grid")
 
 
 @dataclass
@@ -100,6 +58,7 @@ def check_options(args) -> tuple:
 
 
 def build_task(args, ref: str, spec_kwargs: dict, layers: tuple) -> CheckTask:
+    from fusecheck.distributed.task import CheckTask
     from fusecheck.policy import Policy
     return CheckTask(spec_ref=ref, spec_kwargs=spec_kwargs, shapes=[_shape(s) for s in args.shape],
                      dtype=DTYPES[args.dtype], seed=args.seed, repeat=args.repeat, stress=args.stress,
@@ -203,6 +162,15 @@ def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
 def finish(planned: list[Planned], reports: dict, args) -> int:
     """Print every report (and a summary when there are several targets), write the JSON, return the exit code."""
     from fusecheck.distributed.report import render, render_summary, summary_json, write_json
+    from fusecheck.outputs import write_reports
+    from fusecheck.report.html import write_html
+    data = summary_json(planned, reports)
+    first = reports.get(planned[0].ref)
+    write_reports([  # before any verdict is printed: a report that cannot be written is exit 3, one line
+        ("--json", args.json, lambda: write_json(first.to_dict() if len(planned) == 1 else data, args.json)),
+        ("--html", getattr(args, "html", None) if first is not None else None,
+         lambda: write_html("dist", first.to_dict(), args.html))],  # the first spec's grid
+        verdict=f"{data['status']} (exit {data['exit_code']})")
     for p in planned:
         if p.ref in reports:
             print(render(reports[p.ref]) + "\n")
@@ -210,12 +178,6 @@ def finish(planned: list[Planned], reports: dict, args) -> int:
             print(f"fusecheck dist: error: {p.error}", file=sys.stderr)
     if len(planned) > 1:
         print(render_summary(planned, reports))
-    data = summary_json(planned, reports)
-    if args.json:
-        write_json(reports[planned[0].ref].to_dict() if len(planned) == 1 else data, args.json)
-    if getattr(args, "html", None) and planned[0].ref in reports:
-        from fusecheck.report.html import write_html
-        write_html("dist", reports[planned[0].ref].to_dict(), args.html)  # the first spec's grid
     return data["exit_code"]
 
 
@@ -231,9 +193,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
+    from fusecheck.outputs import ReportWriteError
     if not 0 <= args.time_limit < math.inf:
         print(f"fusecheck dist: error: --time-limit must be a finite number >= 0, not {args.time_limit}",
               file=sys.stderr)
         return 2
     with Watchdog(args.time_limit, "dist"):
-        return run(args)
+        try:
+            return run(args)
+        except ReportWriteError as exc:
+            print(f"fusecheck dist: error: {exc}", file=sys.stderr)
+            return 3

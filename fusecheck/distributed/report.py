@@ -1,10 +1,8 @@
-"""Human-readable report of a `fusecheck dist` check (tabulate tables) and its JSON file."""
+"""Human-readable report of a `fusecheck dist` check (tables within 120 columns) and its JSON file."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from tabulate import tabulate
 
 from fusecheck.distributed.runner import DistReport
 from fusecheck.distributed.stats import rate_summary
@@ -17,7 +15,14 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _lines(text: str, indent: str = "") -> list[str]:
+    """`text` within 120 columns (the width of every fusecheck table), continuation lines indented."""
+    from fusecheck.report.table import _wrap
+    return [x for para in str(text).split("\n") for x in _wrap(para, indent)]
+
+
 def render(rep: DistReport) -> str:
+    from fusecheck.report.table import WIDTH, render_table
     t = rep.task
     head = (f"fusecheck dist {t.spec_ref}: {rep.status}  [{rep.spec.collective}, world {rep.world}, {rep.backend}, "
             f"{t.dtype}, tiling {dict(rep.spec.tiling)}, repeat {t.repeat}{', stress' if t.stress else ''}, "
@@ -26,30 +31,31 @@ def render(rep: DistReport) -> str:
     for name, s in rep.layers.items():
         r = rate_summary(s.failed_runs, s.runs)
         rows.append([LAYER_TITLES[name], s.status, s.runs, s.failed_runs, _pct(r["rate"]), _pct(r["ci95_high"]),
-                     ",".join(map(str, s.failing_ranks)) or "-", (s.first_failure or "")[:90]])
-    out = [head, "", tabulate(rows, ["layer", "verdict", "runs", "failed", "rate", "95% upper (Wilson)",
-                                     "failing ranks", "first failure"], tablefmt="github")]
+                     ",".join(map(str, s.failing_ranks)) or "-", (s.first_failure or "")[:240]])
+    table = render_table(["layer", "verdict", "runs", "failed", "rate", "95% upper\n(Wilson)", "failing\nranks",
+                          "first failure"], rows, width=WIDTH, wrap={7: 24, 0: 12})
+    out = [*_lines(head), "", table]
     if rep.cross.get("status") not in ("NOT REQUIRED", None):
-        out.append(f"\ncross-rank consistency: {rep.cross['status']} ({len(rep.cross.get('mismatches', []))} "
-                   f"mismatching of {rep.cross.get('runs', 0)} runs)")
+        out += ["", *_lines(f"cross-rank consistency: {rep.cross['status']} ({len(rep.cross.get('mismatches', []))} "
+                            f"mismatching of {rep.cross.get('runs', 0)} runs)")]
     if rep.outcome.status != "ok":
-        out.append(f"\n{rep.outcome.status}: {rep.outcome.detail}")
+        out += ["", *_lines(f"{rep.outcome.status}: {rep.outcome.detail}")]
         for r, err in sorted(rep.outcome.errors.items()):
             tb = (err.get("traceback") or err.get("message", "")).strip().splitlines()
             role = "culprit" if r in rep.outcome.ranks else "waiting on the culprit"
-            out.append(f"  rank {r} ({role}): " + " | ".join(tb[-3:]))
+            out += _lines(f"rank {r} ({role}): " + " | ".join(line.strip() for line in tb[-3:]), "  ")
     decoded = rep.layers["comm"].decoded
     if decoded:
         out.append("\nlayer 1 decoded (first failing run):")
-        out.extend("  " + line for line in decoded[:12])
+        out.extend(x for line in decoded[:12] for x in _lines(line, "  "))
     tags = next((r.get("tags") for r in rep.results if r.get("tags")), None)
     if tags:
-        out.append(f"\nlayer 1 tags: {tags['scheme']} scheme, {tags['description']}")
-    out.append("\ndiagnosis: " + rep.diagnosis.cause)
+        out += ["", *_lines(f"layer 1 tags: {tags['scheme']} scheme, {tags['description']}")]
+    out += ["", *_lines("diagnosis: " + rep.diagnosis.cause)]
     if rep.diagnosis.findings:
-        out.append(tabulate([f.row() for f in rep.diagnosis.findings], ["finding", "where", "evidence"],
-                            tablefmt="github", maxcolwidths=[40, 20, 90]))
-    out.extend(f"note: {c}" for c in rep.caveats)
+        out.append(render_table(["finding", "where", "evidence"], [f.row() for f in rep.diagnosis.findings],
+                                width=WIDTH, wrap={2: 40, 0: 24, 1: 12}))
+    out.extend(x for c in rep.caveats for x in _lines(f"note: {c}"))
     return "\n".join(out)
 
 
@@ -81,9 +87,10 @@ def render_summary(planned: list, reports: dict) -> str:
     data = summary_json(planned, reports)
     rows = [[r["spec"], r["status"], *(r["layers"].get(n, "-") for n in ("comm", "compute", "whole")),
              f"{r['elapsed_s']:.1f}", r["cause"]] for r in data["summary"]]
+    from fusecheck.report.table import WIDTH, render_table
     return (f"fusecheck dist summary: {data['status']} (exit {data['exit_code']}), {len(rows)} spec(s)\n"
-            + tabulate(rows, ["spec", "verdict", "comm", "compute", "whole", "s", "cause"], tablefmt="github",
-                       maxcolwidths=[None, None, None, None, None, None, 60]))
+            + render_table(["spec", "verdict", "comm", "compute", "whole", "s", "cause"], rows, width=WIDTH,
+                           wrap={6: 30, 0: 24}))
 
 
 def write_json(rep: DistReport | dict, path: str | Path) -> None:

@@ -19,8 +19,23 @@ def _die_with_parent() -> None:
         pass
 
 
+def _fatal_errors_to_own_stderr() -> None:
+    """A rank that gloo aborts (the victim of a skipped collective) is named by the pool; a faulthandler dump
+    of it belongs on this process's stderr, not on the descriptor the parent enabled faulthandler with (pytest
+    enables it on a copy of the terminal, so a planted abort printed `Fatal Python error: Aborted` into a
+    passing test run, past its output capture)."""
+    import faulthandler
+    import sys
+    if faulthandler.is_enabled():
+        try:
+            faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+        except (AttributeError, ValueError, OSError):  # no usable stderr: no dump rather than a wrong one
+            faulthandler.disable()
+
+
 def rank_main(rank: int, world: int, backend_name: str, init_file: str, timeout_s: float, conn) -> None:
     _die_with_parent()
+    _fatal_errors_to_own_stderr()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which tears ranks down
     import torch
     import torch.distributed as dist

@@ -7,6 +7,9 @@ import json
 import torch
 from tabulate import tabulate
 
+from fusecheck.outputs import write_reports
+from fusecheck.toggles_cli import add_arguments  # noqa: F401  (the arguments live where -h needs no torch)
+
 from .catalog import TOGGLES
 from .errors import ToggleUnsupported
 
@@ -19,19 +22,15 @@ def support(name: str) -> str:
     return "yes"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--how", action="store_true", help="also show how each toggle is applied to Inductor")
-    p.add_argument("--json", dest="json_path", default=None, help="write the list as JSON")
-
-
 def run(args: argparse.Namespace) -> int:
     rows = []
     for t in TOGGLES.values():
         row = [t.name, t.doc] + ([t.how] if args.how else []) + [support(t.name)]
         rows.append(row)
     headers = ["toggle", "what it does"] + (["how"] if args.how else []) + [f"torch {torch.__version__}"]
-    print(tabulate(rows, headers=headers, maxcolwidths=[None, 60] + ([50] if args.how else []) + [30]))
-    if args.json_path:
+    def write() -> None:
         with open(args.json_path, "w") as f:
             json.dump([{**t.to_dict(), "supported": support(t.name)} for t in TOGGLES.values()], f, indent=2)
+    write_reports([("--json", args.json_path, write)])
+    print(tabulate(rows, headers=headers, maxcolwidths=[None, 60] + ([50] if args.how else []) + [30]))
     return 0

@@ -1,7 +1,7 @@
 """`--html FILE`: one self-contained page (inline CSS and SVG, no script, no network) per command.
 
 Each renderer takes the command's JSON report dict (what `--json` writes), so a page can also be made later
-from a saved JSON: `python -m fusecheck.report.html check r.json r.html`.
+from a saved JSON: `python -m fusecheck.report.html [check] r.json r.html` (the kind is read from the report).
 
 - check: verdict, a summary table, per output/gradient eager's and compiled's error against the golden
   (the quantile curve and histogram of |err| when the report has a row "distribution", else the metrics
@@ -434,11 +434,72 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
 }
 
 
+def report_kind(data: Any) -> str | None:
+    """Which command wrote this JSON report (what `--json` writes), from its keys; None when none did."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("tool") == "fusecheck dist" or ("layers" in data and "world_size" in data):
+        return "dist"
+    if "culprits" in data and "max_compiles" in data:
+        return "bisect"
+    rows = data.get("rows")
+    if isinstance(rows, list) and "moves_most" in data:
+        return "matrix"
+    if "case" in data and (isinstance(rows, list) or data.get("status") == "ERROR"):
+        return "check"
+    return None
+
+
 def write_html(kind: str, data: dict, path: str | Path) -> None:
     """Write the page of `kind` (check, matrix, bisect, dist) for the command's JSON report dict."""
     Path(path).write_text(RENDERERS[kind](data), encoding="utf-8")
 
 
-if __name__ == "__main__":  # python -m fusecheck.report.html KIND REPORT.json OUT.html
-    kind, src, dst = sys.argv[1:4]
-    write_html(kind, json.loads(Path(src).read_text()), dst)
+USAGE = ("usage: python -m fusecheck.report.html [KIND] REPORT.json OUT.html\n"
+         "  the HTML page of a report that `fusecheck check|matrix|bisect|dist --json` wrote; KIND (check, matrix, "
+         "bisect, dist) is read from the report when left out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fusecheck.report.html [KIND] REPORT.json OUT.html`: 0 written, 2 bad usage or not a report
+    (one line), 3 the page could not be written."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+
+    def error(message: str) -> int:
+        print(f"fusecheck: error: {message}", file=sys.stderr)
+        return 2
+    if len(argv) == 3 and argv[0] in RENDERERS:
+        kind, src, dst = argv
+    elif len(argv) == 2 and argv[0] not in RENDERERS:
+        kind, (src, dst) = None, argv
+    else:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        data = json.loads(Path(src).read_text(encoding="utf-8"))
+    except OSError as exc:
+        return error(f"{src}: cannot read it ({exc.strerror or exc})")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return error(f"{src}: not a JSON report ({type(exc).__name__}: {exc})")
+    found = report_kind(data)
+    if found is None:
+        return error(f"{src}: not a report of `fusecheck check|matrix|bisect|dist --json`")
+    if kind is not None and kind != found:
+        return error(f"{src} is a {found} report, not {kind}: give KIND {found}, or leave KIND out")
+    if found == "dist" and "checks" in data:  # several specs in one run: the first spec's grid, as --html does
+        if not data["checks"]:
+            return error(f"{src}: a dist summary with no check that ran: no grid to draw")
+        data = data["checks"][0]
+    try:
+        write_html(found, data, dst)
+    except OSError as exc:
+        print(f"fusecheck: error: {dst}: cannot write the page ({exc.strerror or exc})", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":  # python -m fusecheck.report.html [KIND] REPORT.json OUT.html
+    sys.exit(main())

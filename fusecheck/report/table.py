@@ -1,10 +1,14 @@
 """Human-readable report of a CheckReport: one row per output and gradient, a legend, the notes that matter.
 
-Compact by default (fits 120 columns: long output names are shortened in the middle); `--verbose` adds
-every error column, the captured graphs, the policy and the per-row notes.
+Compact by default (fits 120 columns); `--verbose` adds every error column, the captured graphs, the policy
+and the per-row notes. Row names are never elided: when they do not fit, the longest start that many of them
+share (`grad.model.model.layers.`) is written `…` and said once above the table, and a name still too long
+wraps onto the next line at a `.` (the lines of a cell, joined, are the name). `render_table` is the one
+table layout of every command (check, matrix, bisect, dist): two-line headers, columns that give way by wrapping.
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 from tabulate import tabulate
@@ -53,7 +57,7 @@ def _bitwise(row) -> str:
     if m.bitwise_equal < 0:
         return "n/a"
     differ = int(m.numel - m.bitwise_equal)
-    return "0" if differ == 0 else f"{differ}/{int(m.numel)}"  # the column counts differing elements
+    return "0" if differ == 0 else f"{count(differ)}/{count(m.numel)}"  # the column counts differing elements
 
 
 def _ratio(row) -> str:
@@ -64,19 +68,136 @@ def _ratio(row) -> str:
 
 
 def _pair(e, c, key: str) -> str:
-    return f"{_g(e and e.values.get(key))}/{_g(c and c.values.get(key))}"
+    return f"{compact_number(e and e.values.get(key))}/{compact_number(c and c.values.get(key))}"
 
 
-def _shorten(name: str, width: int) -> str:
-    if len(name) <= width:
-        return name
-    keep = width - 1
-    return name[:keep // 2] + "…" + name[len(name) - (keep - keep // 2):]
+def compact_number(x: float | None) -> str:
+    """3 significant digits with a short exponent (6.26e17, 1.2e-5): for columns whose values span decades."""
+    text = _g(x)
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], text)
 
 
-COMPACT = ["output", "dtype", "eager rmse", "compiled rmse", "ratio", "ULP e/c", "!= eager", "verdict"]
-VERBOSE = ["output", "dtype", "eager rmse", "compiled rmse", "ratio", "eager max abs", "compiled max abs",
-           "eager max rel", "compiled max rel", "ULP e/c", "!= eager", "verdict"]
+def count(n: int) -> str:
+    """An element count: exact below 100000, else 3 digits and k/M/G/T (1.05M), so that the column stays
+    narrow on a 500M-element gradient; the JSON keeps the exact number."""
+    n = int(n)
+    if abs(n) < 100_000:
+        return str(n)
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)  # pragma: no cover
+
+
+# -- one table layout for every command ----------------------------------------------------------------------
+# a `.` between digits (0.0004, layers.11) is no place to break
+_BREAKS = (re.compile(r"(?:[^./ ,|]|(?<=\d)\.(?=\d))*(?:[./ ,|]+|$)"), re.compile(r"[^_-]*(?:[_-]+|$)"))
+
+
+def _tokens(text: str, width: int, level: int = 0) -> list[str]:
+    """Pieces of `text` to wrap between: after `.`, `/`, `,`, `|` or a space; a piece still wider than `width`
+    after `_` or `-`; then cut."""
+    if level == len(_BREAKS):
+        return [text[i:i + width] for i in range(0, len(text), width)] or [""]
+    out = []
+    for tok in (t for t in _BREAKS[level].findall(text) if t):
+        out += [tok] if len(tok.rstrip()) <= width else _tokens(tok, width, level + 1)
+    return out
+
+
+def wrap_cell(text: str, width: int) -> str:
+    """`text` on lines of at most `width`, broken after a `.` (not one between digits), `/`, `,` or space (then after
+    `_`/`-`, then anywhere). Nothing is dropped: the lines, joined, are `text` again (only trailing spaces
+    at a break are left out)."""
+    width = max(1, width)
+    out = []
+    for para in str(text).split("\n"):
+        lines, cur = [], ""
+        for tok in _tokens(para, width):
+            if cur and len(cur) + len(tok.rstrip()) > width:
+                lines.append(cur)
+                cur = ""
+            cur += tok
+        lines.append(cur)
+        out += [line.rstrip() for line in lines]
+    return "\n".join(out)
+
+
+def _cell_width(text: str) -> int:
+    return max((len(line) for line in str(text).split("\n")), default=0)
+
+
+def render_table(headers: list[str], body: list[list], *, width: int = WIDTH, wrap: dict[int, int] | None = None,
+                 gap: int = 2) -> str:
+    """A plain table: a header (a `\n` in a header makes it two lines, bottom-aligned), a rule, one row per
+    entry, left-aligned cells, `gap` spaces between columns. When it would be wider than `width`, the columns
+    named in `wrap` (index -> the narrowest it may become) give way in that order, their cells wrapped by
+    `wrap_cell`; the others never change."""
+    cells = [["" if c is None else str(c) for c in row] for row in body]
+    heads = [h.split("\n") for h in headers]
+    widths = [max([len(x) for x in h] + [_cell_width(r[i]) for r in cells if i < len(r)]) for i, h in enumerate(heads)]
+    total = sum(widths) + gap * (len(widths) - 1)
+    for i, narrowest in (wrap or {}).items():
+        if total <= width:
+            break
+        header_w = max(len(x) for x in heads[i])
+        new = max(narrowest, header_w, widths[i] - (total - width))
+        if new < widths[i]:
+            for r in cells:
+                if i < len(r):
+                    r[i] = wrap_cell(r[i], new)
+            total -= widths[i] - new
+            widths[i] = new
+    depth = max(len(h) for h in heads)
+    sep = " " * gap
+
+    def line(parts: list[str]) -> str:
+        return sep.join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()
+
+    out = [line([(h[j - depth + len(h)] if j - depth + len(h) >= 0 else "") for h in heads]) for j in range(depth)]
+    out.append(sep.join("-" * w for w in widths))
+    for r in cells:
+        split = [c.split("\n") for c in r] + [[""]] * (len(widths) - len(r))
+        for j in range(max(len(c) for c in split)):
+            out.append(line([c[j] if j < len(c) else "" for c in split]))
+    return "\n".join(out)
+
+
+def shared_start(names: list[str], need: int) -> str:
+    """The start (up to a `.` or `/`) that saves the most characters over the names longer than `need`
+    (at least two of them share it), or '' when none saves anything."""
+    long = [n for n in names if len(n) > need]
+    counts: dict[str, int] = {}
+    for n in long:
+        for m in re.finditer(r"[./]", n):
+            if m.end() < len(n):
+                counts[n[:m.end()]] = counts.get(n[:m.end()], 0) + 1
+    best = max(((c * (len(p) - 1), len(p), p) for p, c in counts.items() if c >= 2 and len(p) > 2), default=None)
+    return best[2] if best else ""
+
+
+def fit_names(names: list[str], room: int) -> tuple[list[str], str]:
+    """Row names for a column of `room` characters: whole when they fit; else the start many share is written
+    `…` (returned, to be said once above the table). Each shown name is unique as the names are: `…` stands
+    for one string, and a name without that start keeps its own."""
+    if not names or max(len(n) for n in names) <= room:
+        return list(names), ""
+    start = shared_start(names, room)
+    if not start:
+        return list(names), ""
+    return [("…" + n[len(start):]) if n.startswith(start) and len(n) > len(start) else n for n in names], start
+
+
+def shared_start_line(start: str, shown: list[str]) -> list[str]:
+    if not start:
+        return []
+    n = sum(s.startswith("…") for s in shown)
+    return _wrap(f"names: … stands for {start} (the start of {n} row names; --json has every name whole)", "")
+
+
+COMPACT = ["output", "dtype", "eager\nrmse", "compiled\nrmse", "ratio", "ULP\ne/c", "!=\neager", "verdict"]
+VERBOSE = ["output", "dtype", "eager\nrmse", "compiled\nrmse", "ratio", "eager\nmax abs", "compiled\nmax abs",
+           "eager\nmax rel", "compiled\nmax rel", "ULP\ne/c", "!=\neager", "verdict"]
 
 
 def row_cells(row, verbose: bool = False) -> list[str]:
@@ -87,23 +208,31 @@ def row_cells(row, verbose: bool = False) -> list[str]:
     return cells + [_pair(e, c, "ulp_max"), _bitwise(row), f"{row.verdict.status.value} {row.verdict.code}"]
 
 
+NAME_MIN = 16  # the name column never gets narrower
+NAME_MIN_VERBOSE = 28  # -v shows every column: its table may pass WIDTH rather than cut every name in pieces
+
+
 def format_rows(rows: list, verbose: bool = False) -> str:
+    """The rows' table, within WIDTH where the numbers allow: the names give way (shared start, then wrap),
+    never the numbers. Above it, one line says what `…` stands for when a shared start was left out."""
     body = [row_cells(r, verbose) for r in rows]
     headers = VERBOSE if verbose else COMPACT
-    if body and not verbose:  # fit WIDTH: the output name gives way, never the numbers
-        # tabulate's "simple": a column is as wide as its widest cell or its header + 2, then 2 spaces
-        others = sum(max(len(h) + 2, *(len(b[i]) for b in body)) + 2 for i, h in enumerate(headers) if i)
-        limit = max(16, WIDTH - others)
-        for b in body:
-            b[0] = _shorten(b[0], limit)
-    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+    others = sum(max([len(x) for x in h.split("\n")] + [len(b[i]) for b in body]) + 2
+                 for i, h in enumerate(headers) if i)
+    narrowest = NAME_MIN_VERBOSE if verbose else NAME_MIN
+    room = max(narrowest, WIDTH - others)
+    shown, start = fit_names([b[0] for b in body], room)
+    for b, name in zip(body, shown):
+        b[0] = name
+    table = render_table(headers, body, width=WIDTH, wrap={0: narrowest})
+    return "\n".join([*shared_start_line(start, shown), table])
 
 
 def legend(rows: list) -> list[str]:
     lines = _wrap("errors are against the golden (fp64); ratio = compiled rmse / eager rmse (0/0: both exact); "
                   "ULP e/c: max ULP distance, eager/compiled; != eager: elements whose bits differ from eager", "")
     for code in dict.fromkeys(r.verdict.code for r in rows):
-        lines.append(f"  {code}: {CODE_PHRASES.get(code, 'see the message below')}")
+        lines += _wrap(f"{code}: {CODE_PHRASES.get(code, 'see the message below')}")
     return lines
 
 
@@ -123,7 +252,7 @@ def nonfinite_notes(rows: list) -> list[str]:
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_long_words=False, break_on_hyphens=False) or [indent]
+                         break_long_words=True, break_on_hyphens=False) or [indent]
 
 
 def format_blocks(report) -> list[str]:
@@ -136,8 +265,8 @@ def format_blocks(report) -> list[str]:
     head = ("per block (each on eager's input to it; diagnostic, the verdict is end to end): "
             + (f"first block worse than eager: {first}" if first else
                "no block worse than eager" if report.regional else "compiled blocks need --regional"))
-    return ["", *_wrap(head, ""), tabulate(rows, headers=["block", "eager rmse", "compiled rmse", "ratio", "verdict"],
-                                           disable_numparse=True), ""]
+    return ["", *_wrap(head, ""), render_table(["block", "eager\nrmse", "compiled\nrmse", "ratio", "verdict"], rows,
+                                               wrap={0: NAME_MIN}), ""]
 
 
 def format_memory(report) -> str:
