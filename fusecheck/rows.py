@@ -14,6 +14,24 @@ from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, inp
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
 
+# checks that look at a few elements (a largest error): eager being accurate at those elements is a question
+# of how each was computed, which only the per-element noise band answers (fusecheck/settle.py)
+PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs")
+
+
+def per_element_only(v: Verdict) -> bool:
+    """A golden-check failure from the per-element (max-type) checks alone."""
+    return v.code == "worse_than_eager" and bool(v.failed_checks) and all(
+        f.split(" ", 1)[0] in PER_ELEMENT_CHECKS for f in v.failed_checks)
+
+
+@dataclass
+class Doubt:
+    """A row only the per-element checks failed: the compiled runs that failed them, eager, the golden."""
+    runs: list[tuple[str, torch.Tensor, Verdict]]  # (which call, its result, its verdict before settling)
+    eager: torch.Tensor
+    golden: torch.Tensor
+
 EXACT_REASON = "the captured graphs are pure data movement, which must be bitwise equal"
 
 
@@ -52,6 +70,9 @@ class RowJudge:
     # eager's error against a golden of its own (one that followed eager's near-tied decisions where
     # compiled chose differently: fusecheck/decisions/), measured in an earlier golden pass
     eager_errors: dict[str, Metrics] = field(default_factory=dict)
+    # rows failed by the per-element checks alone, kept to be settled by eager's noise band (settle.py)
+    doubtful: dict[str, Doubt] = field(default_factory=dict)
+    keep_doubts: bool = True
 
     def measure_eager(self, name: str, golden: torch.Tensor | None) -> None:
         """Sink of a golden pass that only measures eager's error (the row is judged in a later pass)."""
@@ -97,17 +118,27 @@ class RowJudge:
         exact = self.exact and name.startswith("output")
         row = compare(c1, e1, g, policy=self.policy, exact=exact, name=name, reference_vs_golden=ref_g,
                       exact_reason=EXACT_REASON)
+        judged = [("first", c1, row.verdict)]
         if noisy:
             row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
         if row.vs_reference is not None and name in self.compiled_noisy:
-            return self._judge_second_run(row, name, c1, e1, g, ref_g, exact, noisy)
+            row = self._judge_second_run(row, name, c1, e1, g, ref_g, exact, noisy, judged)
+        self._doubt(name, judged, e1, g)
         return row
 
-    def _judge_second_run(self, row: Comparison, name, c1, e1, g, ref_g, exact, eager_noisy: bool) -> Comparison:
+    def _doubt(self, name: str, judged, e1: torch.Tensor, g: torch.Tensor | None) -> None:
+        failing = [run for run in judged if not run[2].passed]
+        if self.keep_doubts and g is not None and failing and all(per_element_only(v) for _, _, v in failing):
+            self.doubtful[name] = Doubt(failing, e1, g)
+
+    def _judge_second_run(self, row: Comparison, name, c1, e1, g, ref_g, exact, eager_noisy: bool,
+                          judged: list) -> Comparison:
         """Every compiled run is judged: a second run whose bits differ is compared with the golden like the
         first, and a run that fails fails the row whichever call it was (the row then shows that run)."""
         msg = f"compiled output changed between two runs with the same inputs ({self._changed(c1, name)})"
         again = self._second_run_judged(name, c1, e1, g, ref_g, exact)
+        if again is not None:
+            judged.append(("second", self.compiled_again[name], again.verdict))
         failing = [(call, r) for call, r in (("first", row), ("second", again)) if r is not None and not r.passed]
         if failing:
             call, shown = failing[-1] if row.passed else failing[0]

@@ -34,7 +34,9 @@ from fusecheck.passes import toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
 from fusecheck.precision_notes import eager_precision_notes, pinned_fp32, pinned_note
+from fusecheck.compare.noise_band import eager_spread
 from fusecheck.rows import RowJudge
+from fusecheck.settle import NOISE_BAND_RUNS, settle
 from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict, first_worse, judge_blocks, replay_compiled
 from fusecheck.streamed.plan import BlockPlan, make_plan
 from fusecheck.watchdog import phase
@@ -362,6 +364,14 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
     with measured("compare"):
         for name in list(judge.eager):  # results the golden did not produce are judged without it
             judge.judge(name, None)
+    if judge.doubtful:  # rows only the per-element checks failed: settled by eager's own noise band
+        phase(f"measuring eager's per-element noise band on {len(judge.doubtful)} row(s) of {case.name!r}")
+        doubt_eager = {n: d.eager for n, d in judge.doubtful.items()}
+        with measured("noise band"):
+            notes += settle(judge, lambda names: eager_spread(
+                prepared.model, prepared, runs=NOISE_BAND_RUNS, train=train, cotangents=cotangents, state=state,
+                names=names, seed=seed, eager=doubt_eager))
+        judge.doubtful.clear()
     rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
     for name in sorted(compiled_keys - set(eager_keys)):
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))

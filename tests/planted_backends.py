@@ -196,3 +196,16 @@ def ulp_jitter(gm, example_inputs):
             outs[0] = o
         return outs
     return run
+
+
+def flip_smallest(gm, example_inputs):
+    """The sign of the 6 smallest-magnitude elements of the first output flipped: a few elements wrong where
+    eager is accurate, which only the per-element checks see (the RMSE hardly moves)."""
+    def run(*args):
+        outs = list(gm(*args))
+        o = outs[0].clone()
+        flat = o.view(-1)
+        idx = flat.abs().argsort()[:6]
+        flat[idx] = -flat[idx]
+        return [o, *outs[1:]]
+    return run
