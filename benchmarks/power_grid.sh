@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Issue 14's power grid: fp32 plants (one layer: rounding, perturbation, sign flips, a bf16-accumulated
-# reduction) and bf16 plants (the same degradation in every layer, and sign flips), --train, seeds 0-2.
-# Usage: bash benchmarks/power_grid.sh DEVICE JSONL JOBS   (JSONL resumes a grid cut short)
+# The power grid on the drawn families (issues 14 and 27): the default plan (fp32: one-layer rounding,
+# perturbation, sign flips, a bf16-accumulated reduction; bf16: the same degradation in every layer, sign
+# flips; both: the few-element plants few_wrong and flip_few in the model's head), --quick strengths,
+# --train, in JOBS shard processes appending to one JSONL file (a grid cut short resumes from it).
+# FAMILIES=hf:gpt2,hf:llama,... runs issue 14's fixed models instead of the draws.
+# Usage: bash benchmarks/power_grid.sh DEVICE JSONL [JOBS] [SEEDS]
 set -u
-export PYTHONPATH=$PWD
-device=$1; jsonl=$2; jobs=${3:-2}
-vs() { python benchmarks/verdict_stability.py --device "$device" --seeds 0-2 --part power --quick --jobs "$jobs" \
-  --threads 1 --jsonl "$jsonl" "$@"; }
-vs --plants round_bits,perturb,flip_small,bf16_sum --power-dtypes fp32 > "${jsonl%.jsonl}_fp32.log" 2>&1
-vs --plants round_bits_all,bf16_sum_all,flip_small --power-dtypes bf16 > "${jsonl%.jsonl}_bf16.log" 2>&1
-python benchmarks/verdict_stability.py --table "$jsonl"
+export PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1
+device=$1; jsonl=$2; jobs=${3:-2}; seeds=${4:-0}
+python benchmarks/verdict_stability.py --device "$device" --seeds "$seeds" --families "${FAMILIES:-all}" \
+  --part power --quick --jobs "$jobs" --threads 1 --jsonl "$jsonl" > "${jsonl%.jsonl}.log" 2>&1
+python benchmarks/verdict_stability.py summary "$jsonl"
