@@ -16,9 +16,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.compare import Comparison, compare
-from fusecheck.execute import flatten_outputs
+from fusecheck.execute import flatten_outputs, module_tensors
 from fusecheck.golden import cast_tree
+from fusecheck.memory import is_oom
 from fusecheck.policy import Policy
+from fusecheck.streamed.guard import Guard
 from fusecheck.streamed.upcast import upcast
 
 
@@ -112,15 +114,28 @@ class BlockVerdict:
 
 
 def judge_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.device | None,
-                 policy: Policy) -> list[BlockVerdict]:
-    """The fp64 golden of each block on eager's input to it (one block upcast at a time), judged."""
+                 policy: Policy, model: torch.nn.Module | None = None) -> list[BlockVerdict]:
+    """The fp64 golden of each block on eager's input to it (one block upcast at a time), judged.
+
+    The model's other tensors (`model`'s, else the other blocks') are guarded as in the streamed golden: a
+    block that reads them sees their fp64 copies; one whose replay cannot be made equal to the whole copy's
+    (or fails) is not judged per block, and its verdict says why."""
+    tensors = module_tensors(model) if model is not None else {
+        f"{n}.{k}": t for n, b in recorder.blocks for k, t in module_tensors(b).items()}
     verdicts = []
     for name, block in recorder.blocks:
         call = recorder.calls.get(name)
         if call is None:
             continue
-        with torch.no_grad(), upcast(block, dtype, device):
-            out = block(*cast_tree(call.args, dtype, device), **cast_tree(call.kwargs, dtype, device))
+        try:
+            with torch.no_grad(), Guard(tensors, dtype, device), upcast(block, dtype, device):
+                out = block(*cast_tree(call.args, dtype, device), **cast_tree(call.kwargs, dtype, device))
+        except Exception as exc:
+            if is_oom(exc):
+                raise
+            verdicts.append(BlockVerdict(name, [], call.compiled is not None, [
+                f"not judged per block: its fp64 replay failed ({type(exc).__name__}: {str(exc)[:160]})"]))
+            continue
         golden = {k: v.detach() for k, v in flatten_outputs(out)[0].items()}
         rows = []
         for key, eager in call.eager.items():

@@ -35,11 +35,6 @@ class BlockPlan:
         return (f"{len(self.blocks)} blocks ({self.source}), {len(self.units)} other pieces streamed, "
                 f"{len(self.resident_units)} small ones upcast for the whole run")
 
-    def all_resident(self) -> "BlockPlan":
-        """Every piece outside the blocks upcast for the whole run: for models that read even a large
-        piece's weights from outside it."""
-        return BlockPlan(self.blocks, [], self.resident, self.source, self.resident_units + self.units)
-
 
 def _numel(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())

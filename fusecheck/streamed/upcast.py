@@ -13,15 +13,19 @@ from typing import Iterator
 import torch
 
 from fusecheck.golden import COMPLEX_OF
+from fusecheck.streamed.guard import internal
 
 
 def upcast_tensor(t: torch.Tensor, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
-    t = t.detach()
-    if t.is_complex() and dtype in COMPLEX_OF:
-        return t.to(device=device, dtype=COMPLEX_OF[dtype])
-    if t.is_floating_point():
-        return t.to(device=device, dtype=dtype)
-    return t.to(device=device) if device is not None else t
+    """A detached `dtype` copy of `t` on `device` (what `model.to(dtype)` makes of it: the upcast is exact).
+    Made under `internal()`: while the streamed golden's guard is on, `t` may be a guarded original."""
+    with internal():
+        t = t.detach()
+        if t.is_complex() and dtype in COMPLEX_OF:
+            return t.to(device=device, dtype=COMPLEX_OF[dtype])
+        if t.is_floating_point():
+            return t.to(device=device, dtype=dtype)
+        return t.to(device=device) if device is not None else t
 
 
 @contextlib.contextmanager
