@@ -329,13 +329,14 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
                 raise
             raise GoldenError(f"the {dev.golden_dtype} golden run of {case.name!r} failed where eager ran "
                               f"({mode} golden): {type(exc).__name__}: {exc}") from exc
-    golden_mode = f"streamed ({plan.describe()})" if mode == "streamed" else "whole"
+    golden_mode = (f"streamed ({plan.describe()})" if mode == "streamed" and request.stepped_aside is None
+                   else "whole")
 
     block_rows: list[BlockVerdict] = []
     if recorder is not None and recorder.calls:
         phase(f"judging each block of {case.name!r} on eager's input to it")
         with measured("blocks"), fallback:
-            block_rows = judge_blocks(recorder, dev.golden_dtype, gdev, policy)
+            block_rows = judge_blocks(recorder, dev.golden_dtype, gdev, policy, model=prepared.model)
         del recorder
         if not regional:
             notes.append("per-block errors are eager's only: compiled blocks are observable per block with "
