@@ -372,7 +372,6 @@ def _run_check(case: Case, *, backend, dtype, device, train, policy, toggles, se
             notes += settle(judge, lambda names: eager_spread(
                 prepared.model, prepared, runs=NOISE_BAND_RUNS, train=train, cotangents=cotangents, state=state,
                 names=names, seed=seed, eager=doubt_eager))
-        judge.doubtful.clear()
     rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
     for name in sorted(compiled_keys - set(eager_keys)):
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))

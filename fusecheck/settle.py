@@ -22,7 +22,7 @@ NOISE_BAND_RUNS = 8  # K randomised-rounding eager runs: the band is the max of 
 
 def settle(judge: RowJudge, measure: Callable[[Iterable[str]], Spread]) -> list[str]:
     """Re-judge `judge.doubtful` rows against eager's noise band; `measure(names)` runs the perturbed eager
-    runs. Returns the report's notes."""
+    runs. Returns the report's notes; the doubts are consumed."""
     if not judge.doubtful:
         return []
     spread = measure(sorted(judge.doubtful))
@@ -55,7 +55,9 @@ def settle(judge: RowJudge, measure: Callable[[Iterable[str]], Spread]) -> list[
         if name in judge.compiled_noisy:
             row.notes.append("compiled output changed between two runs with the same inputs; both runs are judged "
                              "against the golden and neither is worse than eager")
-    notes = [f"noise band: {len(judge.doubtful)} row(s) failed only by the per-element checks were judged "
+    doubted = len(judge.doubtful)
+    judge.doubtful.clear()  # the eager, golden and compiled tensors they held are released here
+    notes = [f"noise band: {doubted} row(s) failed only by the per-element checks were judged "
              f"against eager's per-element noise band ({spread.runs} randomised-rounding eager runs); "
              f"{rescued} within it"]
     return notes + list(spread.notes)
