@@ -156,29 +156,8 @@ def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
         except Exception as exc:
             print(f"fusecheck dist: tool error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 3
+    from fusecheck.distributed.report import finish
     return finish(planned, reports, args)
-
-
-def finish(planned: list[Planned], reports: dict, args) -> int:
-    """Print every report (and a summary when there are several targets), write the JSON, return the exit code."""
-    from fusecheck.distributed.report import render, render_summary, summary_json, write_json
-    from fusecheck.outputs import write_reports
-    from fusecheck.report.html import write_html
-    data = summary_json(planned, reports)
-    first = reports.get(planned[0].ref)
-    write_reports([  # before any verdict is printed: a report that cannot be written is exit 3, one line
-        ("--json", args.json, lambda: write_json(first.to_dict() if len(planned) == 1 else data, args.json)),
-        ("--html", getattr(args, "html", None) if first is not None else None,
-         lambda: write_html("dist", first.to_dict(), args.html))],  # the first spec's grid
-        verdict=f"{data['status']} (exit {data['exit_code']})")
-    for p in planned:
-        if p.ref in reports:
-            print(render(reports[p.ref]) + "\n")
-        elif p.error:
-            print(f"fusecheck dist: error: {p.error}", file=sys.stderr)
-    if len(planned) > 1:
-        print(render_summary(planned, reports))
-    return data["exit_code"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
-"""Human-readable report of a `fusecheck dist` check (tables within 120 columns) and its JSON file."""
+"""Human-readable report of a `fusecheck dist` check (tables within 120 columns), its JSON file, and `finish`:
+printing and writing every report of a command (shared by the pool runner and torchrun)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from fusecheck.distributed.runner import DistReport
@@ -96,3 +98,24 @@ def render_summary(planned: list, reports: dict) -> str:
 def write_json(rep: DistReport | dict, path: str | Path) -> None:
     data = rep if isinstance(rep, dict) else rep.to_dict()
     Path(path).write_text(json.dumps(data, indent=1, default=str))
+
+
+def finish(planned: list, reports: dict, args) -> int:
+    """Print every report (and a summary when there are several targets), write the JSON, return the exit code."""
+    from fusecheck.outputs import write_reports
+    from fusecheck.report.html import write_html
+    data = summary_json(planned, reports)
+    first = reports.get(planned[0].ref)
+    write_reports([  # before any verdict is printed: a report that cannot be written is exit 3, one line
+        ("--json", args.json, lambda: write_json(first.to_dict() if len(planned) == 1 else data, args.json)),
+        ("--html", getattr(args, "html", None) if first is not None else None,
+         lambda: write_html("dist", first.to_dict(), args.html))],  # the first spec's grid
+        verdict=f"{data['status']} (exit {data['exit_code']})")
+    for p in planned:
+        if p.ref in reports:
+            print(render(reports[p.ref]) + "\n")
+        elif p.error:
+            print(f"fusecheck dist: error: {p.error}", file=sys.stderr)
+    if len(planned) > 1:
+        print(render_summary(planned, reports))
+    return data["exit_code"]

@@ -233,6 +233,9 @@ def _load_module(where: str):
         name = "fusecheck_dist_spec_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
         if name in sys.modules and getattr(sys.modules[name], "__fusecheck_mtime__", None) == path.stat().st_mtime:
             return sys.modules[name]
+        folder = str(path.parent)
+        if folder not in sys.path:   # a spec imports the modules beside it, as a script does (no PYTHONPATH)
+            sys.path.insert(0, folder)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         module.__fusecheck_mtime__ = path.stat().st_mtime

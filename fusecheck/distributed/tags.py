@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-EXACT_INT_LIMIT = {torch.float16: 2**11, torch.bfloat16: 2**8, torch.float32: 2**24, torch.float64: 2**53}
+from fusecheck.distributed.ranges import EXACT_INT_LIMIT, poison_range
+
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
             torch.float64: torch.int64}
 MAX_DECODED = 200_000   # elements decoded per rank; the rest only counted
@@ -63,7 +64,6 @@ class BitPatterns:
     range are used, so poison never decodes as a tag; 0, NaN, Inf and subnormals are never tags."""
 
     def __init__(self, dtype: torch.dtype):
-        from fusecheck.distributed.workspace import poison_range
         if dtype not in INT_VIEW:
             raise ValueError(f"layer 1 tags need a floating dtype, not {dtype}")
         self.dtype, self.itype = dtype, INT_VIEW[dtype]

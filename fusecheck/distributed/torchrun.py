@@ -42,7 +42,7 @@ class Watchdog:
 
 def run_under_torchrun(planned: list, backend: Backend, args) -> int:
     """Every planned check in turn on one process group; rank 0 prints the reports and the summary."""
-    from fusecheck.distributed.cli import finish
+    from fusecheck.distributed.report import finish
     local = int(os.environ.get("LOCAL_RANK", 0))
     backend.prepare(local)
     if not dist.is_initialized():

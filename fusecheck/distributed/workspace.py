@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from fusecheck.distributed.ranges import poison_range
+
 _BUFFERS: dict[tuple, torch.Tensor] = {}
 _GEN = torch.Generator()
 
@@ -37,17 +39,6 @@ def _poison(buf: torch.Tensor) -> None:
         buf.copy_(noise.to(buf.device, buf.dtype))
     else:
         buf.copy_(torch.randint(-2**15, 2**15, buf.shape, generator=_GEN).to(buf.device, buf.dtype))
-
-
-def poison_range(dtype: torch.dtype) -> tuple[float, float]:
-    """Where poison values lie for a floating dtype: finite in that dtype (fp16's 65504 would turn the old 1e6
-    into Inf), far from any real output, and never a valid position tag: non-integers (fp32/fp64), or, where
-    the dtype rounds large values to integers (fp16, bf16), above the largest tag it can hold exactly."""
-    from fusecheck.distributed.tags import EXACT_INT_LIMIT
-    hi = min(1e6, torch.finfo(dtype).max / 4)
-    limit = EXACT_INT_LIMIT.get(dtype)
-    lo = 2.0 * limit if limit is not None and 4.0 * limit <= hi else 0.37
-    return lo, hi
 
 
 def clear() -> None:
