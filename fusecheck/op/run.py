@@ -16,7 +16,7 @@ import torch
 from fusecheck.compare import Comparison, compare, input_error
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.op.calls import call, cast, cotangents, grad_names
-from fusecheck.op.noise import NOISE_NOTE, reference_noise, wide_reference
+from fusecheck.op.noise import settle, wide_reference
 from fusecheck.op.probes import PROPAGATION, Probe, apply, probes_for
 from fusecheck.op.report import OpReport, RunRecord, shape_text
 from fusecheck.op.spec import OpSpec, SpecError, make_inputs
@@ -24,10 +24,9 @@ from fusecheck.policy import Policy
 from fusecheck.rates import Rate
 
 
-def judge(fused: dict, eager: dict, golden: dict, *, policy: Policy, prefix: str, probe: Probe | None = None,
-          noise: dict | None = None) -> list[Comparison]:
-    """One row per result of the reference: fused against eager and the golden (missing/extra results FAIL)."""
-    seen = PROPAGATION[probe.promise] if probe is not None and probe.promise else None
+def judge(fused: dict, eager: dict, golden: dict, *, policy: Policy, prefix: str, seen=None) -> list[Comparison]:
+    """One row per result of the reference: fused against eager and the golden (missing/extra results FAIL).
+    `seen`: a NaN/Inf probe's promise (how the three are seen, fusecheck/op/probes.py PROPAGATION)."""
     rows = []
     for name, e in eager.items():
         c, g = fused.get(name), golden.get(name)
@@ -36,8 +35,7 @@ def judge(fused: dict, eager: dict, golden: dict, *, policy: Policy, prefix: str
             continue
         if seen is not None and all(isinstance(t, torch.Tensor) for t in (c, e, g)):
             c, e, g = seen(c), seen(e), seen(g)
-        rows.append(compare(c, e, g, policy=policy, name=prefix + name, nonfinite_probe=seen is not None,
-                            reference_vs_golden=(noise or {}).get(name)))
+        rows.append(compare(c, e, g, policy=policy, name=prefix + name, nonfinite_probe=seen is not None))
     rows += [input_error(prefix + n, "structure_mismatch", f"fused produced {n}, the reference did not")
              for n in fused if n not in eager]
     return rows
@@ -53,7 +51,10 @@ def _one_run(spec: OpSpec, inputs: dict, dtype: torch.dtype, *, policy, prefix, 
     golden = call(spec.reference, cast(inputs, torch.float64), who=f"{name}.reference (fp64 golden)",
                   kernel=False, train=grads, cots=cots and cast(cots, torch.float64))
     fused = call(spec.fused, inputs, who=f"{name}.fused", kernel=True, train=grads, cots=cots)
-    return judge(fused, eager, golden, policy=policy, prefix=prefix)
+    rows = judge(fused, eager, golden, policy=policy, prefix=prefix)
+    return settle(rows, fused, eager, golden, dtype=dtype, magnitude=False, policy=policy, prefix=prefix, seen=None,
+                  nonfinite_probe=False, rerun=lambda mode: call(spec.reference, inputs, who=f"{name}.reference",
+                                                                kernel=False, train=grads, cots=cots))
 
 
 def _probe(spec: OpSpec, probe: Probe, inputs: dict, dtype: torch.dtype, *, policy, prefix, seed: int):
@@ -63,20 +64,19 @@ def _probe(spec: OpSpec, probe: Probe, inputs: dict, dtype: torch.dtype, *, poli
         return []
     golden = call(spec.reference, cast(changed, torch.float64), who=f"{name}.reference (fp64 golden, {probe.name})",
                   kernel=False)
-    if probe.kind == "magnitude":
+    magnitude = probe.kind == "magnitude"
+    if magnitude:
         eager = wide_reference(spec, changed, dtype)
     else:
         eager = call(spec.reference, changed, who=f"{name}.reference ({probe.name})", kernel=False)
     fused = call(spec.fused, changed, who=f"{name}.fused ({probe.name})", kernel=True)
     where = f"{prefix}{probe.name}."
-    rows = judge(fused, eager, golden, policy=policy, prefix=where, probe=probe)
-    if probe.kind == "magnitude" and any(r.verdict.code == "worse_than_eager" for r in rows):
-        # only then is the reference's own noise at this magnitude measured: it can only widen the limit
-        noise = reference_noise(spec, changed, dtype, golden, policy, seed, plain=eager)
-        rows = judge(fused, eager, golden, policy=policy, prefix=where, probe=probe, noise=noise)
-        for r in rows:
-            r.notes.append(NOISE_NOTE)
-    return rows
+    seen = PROPAGATION[probe.promise] if probe.promise else None
+    rows = judge(fused, eager, golden, policy=policy, prefix=where, seen=seen)
+    rerun = (lambda mode: wide_reference(spec, changed, dtype)) if magnitude else \
+        (lambda mode: call(spec.reference, changed, who=f"{name}.reference ({probe.name})", kernel=False))
+    return settle(rows, fused, eager, golden, dtype=dtype, magnitude=magnitude, policy=policy, prefix=where,
+                  seen=seen, nonfinite_probe=seen is not None, rerun=rerun)
 
 
 def _shapes(spec: OpSpec, shapes: list[dict] | None) -> list[dict]:
