@@ -92,6 +92,7 @@ def format_train(rep, verbose: bool = False) -> str:
                      f"{'y' if len(r.failed) == 1 else 'ies'}: {', '.join(r.failed[:8])}"
                      f"{' …' if len(r.failed) > 8 else ''}")
         lines.append(format_rows([r.judged[n].row for n in r.failed], verbose=verbose))
+        lines.append(f"(the eager columns are the band's worst: eager and its {rep.band_runs} randomised-rounding runs)")
     last = rep.results[-1] if rep.results else None
     if last is not None and verbose:
         for by in ("block", "kind"):
