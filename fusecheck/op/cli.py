@@ -99,6 +99,14 @@ def parse_shapes(items: list[str]) -> list[dict]:
         raise SpecError(str(exc)) from None
 
 
+def write_page(data: dict, path: str) -> None:
+    """check's HTML page (the rows are check's rows), titled as the op report it is."""
+    from pathlib import Path
+
+    from fusecheck.report.html import RENDERERS
+    Path(path).write_text(RENDERERS["check"](data).replace("fusecheck check: ", "fusecheck op: ", 2), encoding="utf-8")
+
+
 def run(args: argparse.Namespace) -> int:
     from fusecheck.check_cli import target_id
     from fusecheck.op.report import format_op_report
@@ -106,7 +114,6 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.op.spec import KernelError, SpecError, load_spec, spec_folder_on_path
     from fusecheck.outputs import write_reports
     from fusecheck.policy import Policy
-    from fusecheck.report.html import write_html
     from fusecheck.report.json_report import write_json
     from fusecheck.report.junit import write_junit
     from fusecheck.watchdog import phase
@@ -136,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         ("--junit", args.junit, lambda: write_junit(SimpleNamespace(rows=report.all_rows, case=report.case,
                                                                     dtype=report.dtype), args.junit,
                                                     suite=target_id(args.target), seconds=time.monotonic() - started)),
-        ("--html", args.html, lambda: write_html("check", data, args.html))],
+        ("--html", args.html, lambda: write_page(data, args.html))],
         verdict=f"{report.status} (exit {report.exit_code})")
     print(format_op_report(report, verbose=args.verbose))
     return report.exit_code
