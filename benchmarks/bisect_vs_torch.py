@@ -27,7 +27,8 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from fusecheck.bisect import TrialOptions, bisect  # noqa: E402
+from fusecheck.bisect import bisect  # noqa: E402
+from fusecheck.check import CheckOptions  # noqa: E402
 from fusecheck.case import Case  # noqa: E402
 from fusecheck.golden import prepare_case  # noqa: E402
 from fusecheck.devices import resolve_dtype  # noqa: E402
@@ -98,9 +99,9 @@ def run_fusecheck(c: BenchCase) -> dict:
     t = time.perf_counter()
     if c.backend != "inductor":
         from fusecheck.bisect.backend_bisect import bisect_backend
-        r = bisect_backend(_case(c), c.backend, TrialOptions(dtype=c.dtype), max_compiles=40)
+        r = bisect_backend(_case(c), c.backend, CheckOptions(dtype=c.dtype), max_compiles=40)
     else:
-        r = bisect(_case(c), TrialOptions(dtype=c.dtype), max_compiles=40)
+        r = bisect(_case(c), CheckOptions(dtype=c.dtype), max_compiles=40)
     named = [(x.decision.kind, x.decision.name) for x in r.culprits]
     text = "; ".join(f"{k}: {n}" + (" (partial)" if x.partial else "") for (k, n), x in zip(named, r.culprits))
     notes = ([f"{r.no_inductor} without Inductor"] if r.no_inductor else []) + \

@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.verdict_stability import build, summarize  # noqa: E402
-from fusecheck.run import run_check  # noqa: E402
+from fusecheck.check import run_check  # noqa: E402
 
 
 def check(model, dtype, train, seed):

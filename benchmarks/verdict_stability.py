@@ -20,7 +20,7 @@ compiler or golden failure is a row with status ERROR. Nothing is dropped.
     python benchmarks/verdict_stability.py --device cpu --seeds 0-1 --families gpt2,vit --jsonl out.jsonl
     python benchmarks/verdict_stability.py --part power --quick --seeds 0 --jsonl power.jsonl --shard 0/2
     python benchmarks/verdict_stability.py summary out.jsonl power.jsonl
-Only the public `fusecheck.run.run_check` is called.
+Only the public `fusecheck.check.run_check` is called.
 """
 from __future__ import annotations
 
@@ -269,7 +269,7 @@ def one_run(family: str, dtype: str, train: bool, seed: int, device: str, plant_
     does not build or its eager run fails (`skip` says why); ERROR with `error` when the compiler or the
     golden fails."""
     from fusecheck.case import TargetError
-    from fusecheck.run import CompileError, run_check
+    from fusecheck.check import CompileError, run_check
     out = {"family": family, "dtype": dtype, "train": train, "seed": seed}
     if plant_spec:
         out["plant"], out["strength"] = plant_spec

@@ -10,8 +10,9 @@ GATE_KINDS = ("config", "pass", "pattern", "decomposition", "lowering", "inlinin
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fusecheck.check_cli import add_common_arguments
+    from fusecheck.check_cli import add_common_arguments, add_scale_arguments
     add_common_arguments(p)
+    add_scale_arguments(p)  # the check's golden, block and precision options: each trial is that check
     p.add_argument("--max-compiles", type=int, default=40, help="compile budget (each probe is one compile)")
     p.add_argument("--kinds", default=",".join(GATE_KINDS),
                    help=f"decision families to search, comma-separated (default: all: {','.join(GATE_KINDS)})")

@@ -19,8 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TARGET = str(REPO_ROOT / "models" / "transformer_block.py") + ":build"
 
 
-class TargetError(ValueError):
-    """The target cannot be loaded or does not describe a checkable case."""
+from fusecheck.errors import TargetError  # noqa: E402,F401  (raised here; defined with its exit code)
 
 
 @dataclass

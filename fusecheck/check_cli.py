@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.report.json_report import write_json
     from fusecheck.report.junit import write_junit
     from fusecheck.report.table import format_report
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
 
     error_reports = _error_reports(args, started)
     try:

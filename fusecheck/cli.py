@@ -157,7 +157,7 @@ def run_command(module, args: argparse.Namespace) -> int:
             return EXIT_USAGE
         from fusecheck.golden_fallback import GoldenError
         from fusecheck.memory import OutOfMemory
-        from fusecheck.run import CompileError
+        from fusecheck.check import CompileError
         if isinstance(exc, OutOfMemory):
             print(f"fusecheck: error: {exc}", file=sys.stderr)
             return EXIT_ERROR

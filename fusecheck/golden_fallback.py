@@ -18,8 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fusecheck.golden import COMPLEX_OF
 
 
-class GoldenError(RuntimeError):
-    """The golden run failed although eager ran (exit code 3: no verdict is possible)."""
+from fusecheck.errors import GoldenError  # noqa: E402,F401
 
 
 def _recast(tree: Any, src: torch.dtype, dst: torch.dtype) -> Any:

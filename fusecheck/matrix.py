@@ -190,7 +190,7 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     from fusecheck.backends import resolve_backend
     from fusecheck.case import TargetError
     from fusecheck.passes import TOGGLES, ToggleError, ToggleUnsupported, applicability, resolve
-    from fusecheck.run import CompileError, run_check
+    from fusecheck.check import CompileError, run_check
 
     explicit = toggles is not None
     names = plan(toggles)

@@ -45,8 +45,7 @@ def _glibc():
     return libc
 
 
-class OutOfMemory(RuntimeError):
-    """A phase ran out of memory (exit code 3, one line: the phase, what it needed and had, what helps)."""
+from fusecheck.errors import OutOfMemory  # noqa: E402,F401
 
 
 def _host_peak() -> int | None:

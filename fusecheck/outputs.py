@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 
-class OutputPathError(ValueError):
-    """An output path that cannot be written (exit 2, before any work)."""
+from fusecheck.errors import OutputPathError, ReportWriteError  # noqa: E402,F401
 
 
 # argparse dest -> the option's name, for every subcommand that writes a file
@@ -55,10 +54,6 @@ def prepare_outputs(args: argparse.Namespace) -> None:
         seen[resolved] = option
 
 
-class ReportWriteError(RuntimeError):
-    """A report that could not be written once the run had its verdict (the disk filled up, the file went
-    away): exit 3 in one line, naming the file and the OS error; the verdict is never printed as if the
-    report existed."""
 
 
 def write_reports(writers: list[tuple[str, object, Callable[[], object]]], verdict: str = "") -> None:

@@ -19,8 +19,7 @@ from typing import Any, Mapping
 import torch
 
 
-class PolicyError(ValueError):
-    """A policy file is malformed or loosens a default without a reason."""
+from fusecheck.errors import PolicyError  # noqa: E402,F401
 
 
 @dataclass(frozen=True)

@@ -51,11 +51,11 @@ class FusecheckFixture:
         self.reports = []
 
     def check(self, case, **kwargs):
-        """Run `fusecheck.run.run_check` on a Case, a (model, inputs) tuple or a 'FILE.py:NAME' target."""
+        """Run `fusecheck.check.run_check` on a Case, a (model, inputs) tuple or a 'FILE.py:NAME' target."""
         from fusecheck.case import as_case, load_target
         from fusecheck.cli import usage_errors
         from fusecheck.policy import Policy
-        from fusecheck.run import run_check
+        from fusecheck.check import run_check
 
         try:
             case = load_target(case, seed=kwargs.get("seed", 0)) if isinstance(case, str) else as_case(case)

@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from fusecheck.bisect import TrialOptions, bisect, run_trial
+from fusecheck.bisect import bisect, run_trial
+from fusecheck.check import CheckOptions
 from fusecheck.bisect.gates import Plan
 from fusecheck.case import Case
 from tests.planted import (custom_pre_pass, decomposition, fusion, inlining, layer_norm, lowering, nondeterministic,
@@ -26,7 +27,7 @@ def _bisect(plants, builder, name, **kw):
     with contextlib.ExitStack() as stack:
         for p in plants:
             stack.enter_context(p.planted())
-        return bisect(_case(builder, name), TrialOptions(**kw), max_compiles=BUDGET)
+        return bisect(_case(builder, name), CheckOptions(**kw), max_compiles=BUDGET)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_two_culprits_both_found():
 def test_benign_bit_changes_not_blamed():
     """bf16: compiled differs from eager in many bits (fp32 intermediates) but is not worse: no culprit."""
     case = _case(targets.benign, "benign")
-    result = bisect(case, TrialOptions(dtype="bf16"), max_compiles=BUDGET)
+    result = bisect(case, CheckOptions(dtype="bf16"), max_compiles=BUDGET)
     assert result.status == "pass" and result.exit_code == 0 and not result.culprits
     rows = result.baseline["rows"]
     assert any(r["code"] != "bitwise_equal" for r in rows.values()), "the case must change bits to mean anything"
@@ -129,12 +130,12 @@ def test_nondeterministic_reported_not_bisected():
 
 def test_decision_numbering_is_deterministic():
     case = _case(targets.center, "center")
-    a = run_trial(case, TrialOptions(), {})
-    b = run_trial(case, TrialOptions(), {})
+    a = run_trial(case, CheckOptions(), {})
+    b = run_trial(case, CheckOptions(), {})
     keys = lambda t: {k: [d.key for d in v] for k, v in t.decisions.items()}  # noqa: E731
     assert keys(a) == keys(b) and keys(a)["fusion"]
     # allow_first(0) refuses every fusion: none is allowed, and the count of seen decisions is the same
-    c = run_trial(case, TrialOptions(), {"fusion": Plan(0)})
+    c = run_trial(case, CheckOptions(), {"fusion": Plan(0)})
     assert c.decisions["fusion"] and not any(d.allowed for d in c.decisions["fusion"])
 
 
@@ -177,7 +178,7 @@ def test_decomposition_of_unlowered_op_named_and_tables_restored():
     aten fallback), and the fallbacks registered meanwhile are gone afterwards."""
     with layer_norm.planted():
         before = _inductor_tables()
-        result = bisect(_case(targets.layer_norm, "layer_norm"), TrialOptions(), max_compiles=BUDGET,
+        result = bisect(_case(targets.layer_norm, "layer_norm"), CheckOptions(), max_compiles=BUDGET,
                         attribution=False)
         assert _inductor_tables() == before
     c = _only_culprit(result)
@@ -189,7 +190,7 @@ def test_custom_pre_pass_named_per_graph_and_noop_decomps_not_decisions():
     """A user's pass in the slot the cache salt wraps is named as itself, once per graph (graph break +
     backward: 4 graphs), never as the salt wrapper; detach/alias-style no-op decompositions are not decisions."""
     with custom_pre_pass.planted():
-        t = run_trial(_case(targets.break_mm, "break_mm"), TrialOptions(train=True), {})
+        t = run_trial(_case(targets.break_mm, "break_mm"), CheckOptions(train=True), {})
     assert not t.passed
     names = [d.name for d in t.decisions["pass"]]
     assert not [n for n in names if "Salt" in n]
@@ -208,7 +209,7 @@ def test_budget_counts_attribution_and_keeps_a_lone_culprit(monkeypatch):
     init = GraphLowering.__init__
     monkeypatch.setattr(GraphLowering, "__init__", lambda self, *a, **k: (lowered.append(1), init(self, *a, **k))[1])
     with fusion.planted():
-        result = bisect(_case(targets.center, "center"), TrialOptions(), max_compiles=4)
+        result = bisect(_case(targets.center, "center"), CheckOptions(), max_compiles=4)
     assert result.status == "culprits" and result.compiles == 4 and len(lowered) <= 4, result.log
     assert result.culprits[0].decision.kind == "fusion" and not result.culprits[0].partial
 
@@ -225,12 +226,12 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
         def summary(self):
             return {"passed": self.passed, "severity": self.severity}
 
-    def fake_run_trial(case, opts, plans, capture=False, backend="inductor"):
+    def fake_run_trial(case, opts, plans, kinds=None, capture=False):
         log = DecisionLog(plans)
         ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
               (("decomposition", "d0"), ("decomposition", "d1"), ("pass", "p"))}
         # the pass fires only on decomposed graphs, and only in Inductor (not under aot_eager_decomp_partition)
-        bad = backend == "inductor" and ok["p"] and (ok["d0"] or ok["d1"])
+        bad = opts.backend == "inductor" and ok["p"] and (ok["d0"] or ok["d1"])
         if bad:
             log.decisions["pass"][-1].fx_nodes = ["sum"]   # what it rewrote
         report = SimpleNamespace(passed=not bad, exit_code=1 if bad else 0, compiled_repeatable=True, census=None)
@@ -238,7 +239,7 @@ def test_all_passing_families_probed_and_lone_fix_preferred(monkeypatch):
                          decisions=dict(log.decisions), unavailable={}, captured=None)
 
     monkeypatch.setattr(search, "run_trial", fake_run_trial)
-    result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
+    result = bisect(None, CheckOptions(), max_compiles=BUDGET, attribution=False)
     assert result.status == "culprits", result.log
     assert [c.decision.name for c in result.culprits] == ["pass p"]
     # switching decompositions off removes the pass's rewrite: reported as what enables it, not an alternative
@@ -258,7 +259,7 @@ def test_split_graph_side_falls_back_to_code_generation(monkeypatch):
         def summary(self):
             return {"passed": self.passed, "severity": self.severity, "rows": {"out": self.severity}}
 
-    def fake_run_trial(case, opts, plans, capture=False, backend="inductor"):
+    def fake_run_trial(case, opts, plans, kinds=None, capture=False):
         log = DecisionLog(plans)
         ok = {k: log.decide(kind, k, f"{kind} {k}") for kind, k in
               (("pass", "p"), ("lowering", "l"), ("inlining", "i"))}
@@ -268,6 +269,6 @@ def test_split_graph_side_falls_back_to_code_generation(monkeypatch):
                          decisions=dict(log.decisions), unavailable={}, captured=None)
 
     monkeypatch.setattr(search, "run_trial", fake_run_trial)
-    result = bisect(None, TrialOptions(), max_compiles=BUDGET, attribution=False)
+    result = bisect(None, CheckOptions(), max_compiles=BUDGET, attribution=False)
     assert [c.decision.name for c in result.culprits] == ["inlining i"], result.log
     assert any("a graph rewrite introduces" in line for line in result.log)

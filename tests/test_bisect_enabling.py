@@ -6,7 +6,8 @@ decomposition as what enables it, as a chain. On CPU and, where there is one, on
 import pytest
 import torch
 
-from fusecheck.bisect import TrialOptions, bisect
+from fusecheck.bisect import bisect
+from fusecheck.check import CheckOptions
 from fusecheck.case import Case
 from tests.planted import chain_targets, softmax_pass
 
@@ -18,7 +19,7 @@ def _bisect(device, kinds, max_compiles):
     torch.manual_seed(0)
     model, x = chain_targets.scaled_softmax()
     with softmax_pass.planted():
-        return bisect(Case(model, (x,), "scaled_softmax"), TrialOptions(kinds=kinds, device=device),
+        return bisect(Case(model, (x,), "scaled_softmax"), CheckOptions(device=device), kinds=kinds,
                       max_compiles=max_compiles, attribution=False)
 
 

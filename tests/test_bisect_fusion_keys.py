@@ -2,7 +2,8 @@
 under new names (issue 9, item 2: `op9 + op10` refused, `op6_op7_op8_op9 + op10_op11` fused anyway)."""
 import torch
 
-from fusecheck.bisect import TrialOptions, bisect
+from fusecheck.bisect import bisect
+from fusecheck.check import CheckOptions
 from fusecheck.bisect.gates.fusion import held_off, pair_key, parse_key
 from fusecheck.case import Case
 from tests.planted import chain_targets, fusion_pair
@@ -25,7 +26,7 @@ def test_fusion_pair_inside_chain_stays_refused():
     torch.manual_seed(0)
     model, x = chain_targets.exp_sum_chain()
     with fusion_pair.planted():
-        result = bisect(Case(model, (x,), "exp_sum_chain"), TrialOptions(kinds=["fusion"]), max_compiles=12,
+        result = bisect(Case(model, (x,), "exp_sum_chain"), CheckOptions(), kinds=["fusion"], max_compiles=12,
                         attribution=False)
     assert result.status == "culprits" and len(result.culprits) == 1, result.log
     c = result.culprits[0]

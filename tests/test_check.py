@@ -4,7 +4,7 @@ import torch
 
 from fusecheck.case import TargetError, load_target
 from fusecheck.compare import Status
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 
 PLANTED = "tests/planted_backends.py:"
 
@@ -211,7 +211,7 @@ def test_train_with_a_model_that_updates_its_input_in_place():
 
 
 def test_a_backend_that_drops_autograd_is_a_tool_error_naming_it():
-    from fusecheck.run import CompileError
+    from fusecheck.check import CompileError
     with pytest.raises(CompileError, match="autograd graph was dropped"):
         check("models/mlp.py:build", backend=PLANTED + "detach_outputs", train=True)
 

@@ -169,7 +169,7 @@ def test_no_verdict_still_writes_json_and_junit(tmp_path):
 def test_junit_survives_control_characters(tmp_path):
     from fusecheck.case import Case
     from fusecheck.report.junit import write_junit
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     import torch
 
     report = run_check(Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),), "odd\x01name"), backend=PLANTED + "shift_outputs")

@@ -21,11 +21,11 @@ PLANTED = "tests/planted_backends.py:"
 
 def _no_work(monkeypatch):
     """Any compile or run would call run_check: make it fail loudly so 'exit 2 before any work' is proved."""
-    import fusecheck.run
+    import fusecheck.check
 
     def boom(*a, **k):
         raise AssertionError("the run started although an output path is unusable")
-    monkeypatch.setattr(fusecheck.run, "run_check", boom)
+    monkeypatch.setattr(fusecheck.check, "run_check", boom)
 
 
 # -- 1. output paths --------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_progress_line_follows_phases_and_stays_off_stdout():
 # -- 5. the compact report ----------------------------------------------------------------------------------
 def _report(model, inputs, name, backend="aot_eager"):
     from fusecheck.case import Case
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     return run_check(Case(model, inputs, name), backend=backend)
 
 
@@ -218,7 +218,7 @@ def test_nan_in_every_run_passes_with_a_note():
 def test_every_verdict_code_has_a_phrase():
     from fusecheck.report.table import CODE_PHRASES
 
-    source = "".join(p.read_text() for p in [*(ROOT / "fusecheck" / "compare").glob("*.py"), ROOT / "fusecheck/run.py"])
+    source = "".join(p.read_text() for p in [*(ROOT / "fusecheck" / "compare").glob("*.py"), *(ROOT / "fusecheck" / "check").glob("*.py")])
     codes = set(re.findall(r'Verdict\(Status\.\w+, "(\w+)"', source)) | set(re.findall(r'input_error\([^,]+, "(\w+)"', source))
     assert codes and not codes - set(CODE_PHRASES), codes - set(CODE_PHRASES)
 

@@ -162,7 +162,7 @@ def _stub_matrix(monkeypatch):
 
     import fusecheck.matrix
     from fusecheck.case import Case
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     report = run_check(Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),), "lin"), backend="aot_eager")
     stub = fusecheck.matrix.MatrixReport("lin", [fusecheck.matrix.MatrixRow("baseline", (), report=report)])
     monkeypatch.setattr(fusecheck.matrix, "run_matrix", lambda *a, **k: stub)

@@ -5,7 +5,7 @@ import torch
 from fusecheck.case import Case
 from fusecheck.cli import main
 from fusecheck.golden_fallback import GoldenError, GoldenFallback
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 
 
 @torch.library.custom_op("fusecheck_test::no_fp64_scale", mutates_args=())

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fusecheck.case import load_target
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -4,7 +4,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from fusecheck.case import load_target  # noqa: E402
-from fusecheck.run import run_check  # noqa: E402
+from fusecheck.check import run_check  # noqa: E402
 
 
 @pytest.mark.slow

@@ -54,21 +54,21 @@ def test_tf32_is_pinned_off_on_cuda_and_restored(flags):
 
 
 def test_sharded_check_pins_tf32_like_run_check(flags, monkeypatch):
-    """`fusecheck check --nproc` has its own run path (sharded/check.py): it must run under the same pin,
-    and say so, as every single-process check does."""
+    """`fusecheck check --nproc` builds its own pipeline (sharded/check.py): it must run under the same pin,
+    and say so, as every single-process check does (the TF32 warning itself is the shared judge stage's)."""
+    from fusecheck.check import CheckOptions
     from fusecheck.sharded import check
 
     seen = []
 
-    def fake_check_rank(case, **kw):
+    def fake_check_rank(case, opts, device, progress):
         seen.append((torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32))
         return {"notes": []}, []
     monkeypatch.setattr(check, "_check_rank", fake_check_rank)
     flags("high", cudnn=True)
-    kw = dict(backend=None, dtype=torch.float32, device=torch.device("cuda", 0), train=False, policy=None,
-              seed=0, blocks=None, progress=print)
-    result, _ = check.check_rank(None, **kw)
+    opts = CheckOptions(dtype=torch.float32, device="cuda")
+    result, _ = check.check_rank(None, opts, torch.device("cuda", 0), print)
     assert seen == [("highest", False)] and "TF32 was off" in result["notes"][0]
     assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32  # restored
-    result, _ = check.check_rank(None, **kw, tf32=True)
-    assert seen[1] == ("high", True) and "may run in TF32" in result["notes"][0]
+    result, _ = check.check_rank(None, opts.replace(tf32=True), torch.device("cuda", 0), print)
+    assert seen[1] == ("high", True) and result["notes"] == []

@@ -8,7 +8,7 @@ import torch
 from fusecheck.case import Case, TargetError
 from fusecheck.cli import main
 from fusecheck.digest import digest
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 from fusecheck.streamed import golden as streamed_golden
 from fusecheck.streamed.golden import StreamedGolden
 from fusecheck.streamed.plan import make_plan

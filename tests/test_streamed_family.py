@@ -11,7 +11,7 @@ from fusecheck.golden import prepare_case
 from fusecheck.golden_fallback import GoldenError, GoldenFallback
 from fusecheck import golden_runs
 from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 from fusecheck.streamed import golden as streamed_golden
 from fusecheck.streamed.guard import Guard, StreamedLeak
 from fusecheck.streamed.plan import make_plan

@@ -45,7 +45,7 @@ def _table_names(text: str, header_start: str, key: int = 1) -> list[str]:
 def wide_report():
     """A --train check of a model named as a transformers causal LM (12 layers: names up to
     `grad.model.model.layers.11.post_attention_layernorm.weight`), with aot_eager."""
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     from wide_names import build
     torch.manual_seed(0)
     return run_check(build(12), backend="aot_eager", train=True, block_verdicts=False)

@@ -269,7 +269,7 @@ def test_real_models_whose_runs_differ_at_ties_pass_and_fail_without_following(m
     was followed). Each passes, saying so; with following switched off in the policy (ratios.decision_tie
     = 0) each fails, so the rule is what makes them pass."""
     from fusecheck.policy import Policy, Ratios
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     r = vs.one_run(f"hf:{model}", "bf16", True, seed, "cpu")
     assert r["status"] == "PASS", r["fails"]
     assert any("near-tied" in n for n in r["decisions"])

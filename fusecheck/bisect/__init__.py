@@ -1,5 +1,5 @@
 """Golden-aware bisection: which compiler decision makes compiled worse than eager (`fusecheck bisect`)."""
-from fusecheck.bisect.objective import TrialOptions, run_trial
+from fusecheck.bisect.objective import run_trial
 from fusecheck.bisect.search import BisectResult, Culprit, bisect
 
-__all__ = ["bisect", "BisectResult", "Culprit", "TrialOptions", "run_trial"]
+__all__ = ["bisect", "BisectResult", "Culprit", "run_trial"]

@@ -9,17 +9,15 @@ from typing import Any, Callable
 from fusecheck.backends import resolve_backend
 from fusecheck.bisect.gates import Decision
 from fusecheck.bisect.graph_split import Splitter, capture_graph
-from fusecheck.bisect.objective import TrialOptions
 from fusecheck.bisect.search import BisectResult, Culprit
 from fusecheck.golden import prepare_case
-from fusecheck.devices import resolve_dtype
 from fusecheck.policy import Policy
-from fusecheck.run import CompileError, run_check
+from fusecheck.check import CheckOptions, CompileError, report_dtype, run_check
 
 
-def bisect_backend(case: Any, backend: str, opts: TrialOptions | None = None, *, max_compiles: int = 40,
+def bisect_backend(case: Any, backend: str, opts: CheckOptions | None = None, *, max_compiles: int = 40,
                    repro: str | None = None, progress: Callable[[str], None] | None = None) -> BisectResult:
-    opts = opts or TrialOptions()
+    opts = (opts or CheckOptions()).replace(backend=backend)
     policy = opts.policy or Policy()
     say_lines: list[str] = []
     t0 = time.perf_counter()
@@ -45,8 +43,7 @@ def bisect_backend(case: Any, backend: str, opts: TrialOptions | None = None, *,
 
     compiles += 1
     try:
-        report = run_check(case, backend=backend, dtype=opts.dtype, device=opts.device, train=opts.train,
-                           policy=policy, seed=opts.seed)
+        report = run_check(case, opts.replace(policy=policy))
     except CompileError as exc:
         return result("error", f"the target does not compile: {exc}", None, [])
     base = {"passed": report.passed, "rows": {r.name: {"status": r.verdict.status.value, "code": r.verdict.code,
@@ -63,8 +60,7 @@ def bisect_backend(case: Any, backend: str, opts: TrialOptions | None = None, *,
     if opts.train:
         say("split", "--train: the backward graph is not split; the forward graph is")
     fn = resolve_backend(backend).make()
-    prepared = prepare_case(case, resolve_dtype(opts.dtype) if isinstance(opts.dtype, str) or opts.dtype is None
-                            else opts.dtype, opts.device)
+    prepared = prepare_case(case, report_dtype(opts.dtype), opts.device)
     graphs = capture_graph(prepared.model, prepared.inputs, prepared.kwargs)
     for g, (gm, inputs) in enumerate(graphs):
         splitter = Splitter(gm, inputs, fn, policy, on_probe=lambda msg: say("split", f"graph {g}: {msg}"))
@@ -91,7 +87,7 @@ def bisect_backend(case: Any, backend: str, opts: TrialOptions | None = None, *,
                   "whole program, or --max-compiles ran out)", base, [])
 
 
-def inductor_repro(case: Any, opts: TrialOptions, path: str, budget: int,
+def inductor_repro(case: Any, opts: CheckOptions, path: str, budget: int,
                    say: Callable[[str, str], None]) -> int:
     """After an Inductor bisection: split the captured graph with Inductor itself (culprits on, as by default)
     down to the smallest subgraph worse than eager, and write its repro. Returns the compiles used."""
@@ -99,8 +95,7 @@ def inductor_repro(case: Any, opts: TrialOptions, path: str, budget: int,
 
     from fusecheck.bisect.repro import write_repro
 
-    prepared = prepare_case(case, resolve_dtype(opts.dtype) if isinstance(opts.dtype, str) or opts.dtype is None
-                            else opts.dtype, opts.device)
+    prepared = prepare_case(case, report_dtype(opts.dtype), opts.device)
     inductor = torch._dynamo.lookup_backend("inductor")
     used = 0
     with torch._inductor.config.patch(force_disable_caches=True):

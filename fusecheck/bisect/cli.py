@@ -12,11 +12,11 @@ import sys
 from fusecheck.backends import resolve_backend
 from fusecheck.bisect.backend_bisect import bisect_backend
 from fusecheck.bisect.gates import GATES
-from fusecheck.bisect.objective import TrialOptions
 from fusecheck.bisect.report import format_result, write_json
 from fusecheck.bisect.search import bisect
 from fusecheck.bisect_cli import add_arguments  # noqa: F401  (the arguments live where -h needs no torch)
 from fusecheck.case import TargetError, load_target, refuse_meta
+from fusecheck.check import CheckOptions
 from fusecheck.outputs import write_reports
 from fusecheck.policy import Policy
 
@@ -31,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
     policy = Policy.load(args.policy)
     case = load_target(args.target, seed=args.seed)
     refuse_meta(case)
-    opts = TrialOptions(dtype=args.dtype, device=args.device, train=args.train, seed=args.seed, policy=policy,
-                        kinds=kinds)
+    opts = CheckOptions.from_args(args, policy=policy)
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     backend = getattr(args, "backend", "inductor") or "inductor"
     if backend != "inductor":   # another compiler: its decisions are opaque, the graph is split instead
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         result = bisect_backend(case, backend, opts, max_compiles=args.max_compiles, repro=args.repro,
                                 progress=progress)
     else:
-        result = bisect(case, opts, max_compiles=args.max_compiles, attribution=not args.no_attribution,
+        result = bisect(case, opts, kinds=kinds, max_compiles=args.max_compiles, attribution=not args.no_attribution,
                         progress=progress, repro=args.repro)
     from fusecheck.report.html import write_html
     write_reports([("--json", args.json_path, lambda: write_json(result, args.json_path)),  # before the verdict

@@ -17,18 +17,8 @@ from typing import Any
 import torch
 
 from fusecheck.bisect.gates import Decision, Plan, gated
+from fusecheck.check import CheckOptions, CheckReport, CompileError, run_check
 from fusecheck.compare import RATIO_CHECKS
-from fusecheck.run import CheckReport, CompileError, run_check
-
-
-@dataclass
-class TrialOptions:
-    dtype: str | None = None
-    device: str = "cpu"
-    train: bool = False
-    seed: int = 0
-    policy: Any = None
-    kinds: list[str] | None = None
 
 
 @dataclass
@@ -97,22 +87,22 @@ def severity(report: CheckReport) -> float:
     return max((row_severity(r, report.policy) for r in report.rows), default=0.0)
 
 
-def run_trial(case: Any, opts: TrialOptions, plans: dict[str, Plan], *, capture: bool = False,
-              backend: str = "inductor") -> Trial:
-    """Compile and check `case` once with the gates set to `plans`; caches off so the gates really act.
-    `capture` keeps the post-grad graphs and their inputs for per-kernel attribution."""
+def run_trial(case: Any, opts: CheckOptions, plans: dict[str, Plan], *, kinds: list[str] | None = None,
+              capture: bool = False) -> Trial:
+    """Compile and check `case` once (the check's own pipeline, `opts` as given: golden, blocks, precision)
+    with the gates of the decision families `kinds` (default: all) set to `plans`; caches off so the gates
+    really act. `capture` keeps the post-grad graphs and their inputs for per-kernel attribution."""
     from fusecheck.bisect.attribution import capturing
 
     t = time.perf_counter()
     unavailable: dict[str, str] = {}
     report, error = None, None
     with warnings.catch_warnings(), torch._inductor.config.patch(force_disable_caches=True), \
-            gated(plans, opts.kinds, unavailable) as log, \
+            gated(plans, kinds, unavailable) as log, \
             (capturing() if capture else contextlib.nullcontext()) as captured:
         warnings.filterwarnings("ignore", message=".*force_disable_caches.*")
         try:
-            report = run_check(case, backend=backend, dtype=opts.dtype, device=opts.device, train=opts.train,
-                               policy=opts.policy, seed=opts.seed)
+            report = run_check(case, opts)
         except CompileError as exc:
             error = str(exc)
     return Trial(plans, report, dict(log.decisions), time.perf_counter() - t, error, unavailable, captured)

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from fusecheck.bisect import evidence
 from fusecheck.bisect.gates import GATES, Decision, Plan
-from fusecheck.bisect.objective import Trial, TrialOptions, run_trial
+from fusecheck.bisect.objective import Trial, run_trial
+from fusecheck.check.options import CheckOptions
 
 # Coarse stage order where the split (lowering off) cannot be made: the finest-grained families first, so
 # the first family that fixes the verdict names individual decisions rather than a whole pass or setting.
@@ -89,9 +90,9 @@ class BisectResult:
 class Search:
     """One bisection run: owns the compile budget, the held-off culprits and the progress output."""
 
-    def __init__(self, case: Any, opts: TrialOptions, max_compiles: int,
-                 progress: Callable[[str], None] | None = None):
-        self.case, self.opts, self.max_compiles = case, opts, max_compiles
+    def __init__(self, case: Any, opts: CheckOptions, max_compiles: int,
+                 progress: Callable[[str], None] | None = None, kinds: list[str] | None = None):
+        self.case, self.opts, self.max_compiles, self.kinds = case, opts, max_compiles, kinds
         self.progress = progress or (lambda line: None)
         self.compiles = 0
         self.blocked: dict[str, set[str]] = {k: set() for k in GATES}
@@ -122,7 +123,8 @@ class Search:
         self.compiles += 1
         if backend != "inductor":
             self.cheap += 1
-        trial = run_trial(self.case, self.opts, self.plans(**plan_args), capture=capture, backend=backend)
+        trial = run_trial(self.case, self.opts.replace(backend=backend), self.plans(**plan_args), kinds=self.kinds,
+                          capture=capture)
         self.unavailable.update(trial.unavailable)
         return trial
 
@@ -254,7 +256,7 @@ class Search:
         decomposition introduces the error: it is bisected with such probes and confirmed by one Inductor
         compile. If it passes, decompositions can only enable something, and the coarse stage decides."""
         decisions = current.decisions.get("decomposition") or []
-        if len(decisions) < 1 or (self.opts.kinds and "decomposition" not in self.opts.kinds):
+        if len(decisions) < 1 or (self.kinds and "decomposition" not in self.kinds):
             return current
         cheap = self.probe(backend="aot_eager_decomp_partition")
         self.say("decomp", f"aot_eager_decomp_partition (no Inductor): "
@@ -364,13 +366,15 @@ def kernels_of(census: Any, decision: Decision) -> list[str]:
     return out
 
 
-def bisect(case: Any, opts: TrialOptions | None = None, *, max_compiles: int = 40, attribution: bool = True,
-           progress: Callable[[str], None] | None = None, repro: str | None = None) -> BisectResult:
-    """Find the compiler decisions that make `case` compiled worse than eager against the golden."""
+def bisect(case: Any, opts: CheckOptions | None = None, *, kinds: list[str] | None = None, max_compiles: int = 40,
+           attribution: bool = True, progress: Callable[[str], None] | None = None,
+           repro: str | None = None) -> BisectResult:
+    """Find the compiler decisions (of the families `kinds`, default all) that make `case` compiled worse
+    than eager against the golden. `opts` are the check's (Inductor is the backend searched)."""
     import time
 
     t0 = time.perf_counter()
-    s = Search(case, opts or TrialOptions(), max_compiles, progress)
+    s = Search(case, (opts or CheckOptions()).replace(backend="inductor"), max_compiles, progress, kinds)
     culprits: list[Culprit] = []
     kernel_rows: list[Any] = []
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-class BaselineError(ValueError):
-    """The baseline file is missing or is not a `fusecheck check --json` report (exit 2)."""
+from fusecheck.errors import BaselineError  # noqa: E402,F401
 
 
 @dataclass

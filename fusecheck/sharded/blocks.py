@@ -1,4 +1,4 @@
-"""Per-block verdicts on a sharded model: each block's eager, compiled and fp64 result on eager's own input
+"""Per-block verdicts on a sharded model: each block's eager, compiled and golden-dtype (fp64) result on eager's own input
 to it, on every rank (fusecheck/streamed/per_block.py's idea; its recorder and compiled replay are reused).
 
 The fp64 replay differs: under FSDP a block holds only its shard between calls, and upcasting that shard
@@ -19,7 +19,8 @@ from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict
 from fusecheck.streamed.upcast import upcast
 
 
-def judge_sharded_blocks(recorder: BlockRecorder, device: torch.device, policy: Policy) -> list[BlockVerdict]:
+def judge_sharded_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.device,
+                         policy: Policy) -> list[BlockVerdict]:
     verdicts = []
     for name, block in recorder.blocks:
         call = recorder.calls.get(name)
@@ -27,9 +28,9 @@ def judge_sharded_blocks(recorder: BlockRecorder, device: torch.device, policy: 
             continue
         block.unshard()
         try:
-            with torch.no_grad(), upcast(block, torch.float64, device):
-                out = block.forward(*cast_tree(call.args, torch.float64, device),
-                                    **cast_tree(call.kwargs, torch.float64, device))
+            with torch.no_grad(), upcast(block, dtype, device):
+                out = block.forward(*cast_tree(call.args, dtype, device),
+                                    **cast_tree(call.kwargs, dtype, device))
         finally:
             block.reshard()
         golden = {k: v.detach() for k, v in flatten_outputs(out)[0].items()}

@@ -19,23 +19,29 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from fusecheck.backends import resolve_backend
 from fusecheck.capture import GraphCapture
-from fusecheck.case import Case, TargetError
-from fusecheck.compare import Comparison
-from fusecheck.decisions.tap import decision_nodes
+from fusecheck.case import Case
+from fusecheck.check.compiled import run_compiled
+from fusecheck.check.eager import run_eager
+from fusecheck.check.golden import run_blocks, run_golden
+from fusecheck.check.judge import capture_notes, finish, mutated_keys, row_judge, run_notes
+from fusecheck.check.options import CheckOptions
+from fusecheck.check.pipeline import Pipeline
+from fusecheck.check.single import report_dtype
+from fusecheck.devices import resolve_device
 from fusecheck.digest import digest
+from fusecheck.distributed.worker import backend_raised
+from fusecheck.errors import TargetError
 from fusecheck.execute import RunResult, run_once
 from fusecheck.golden import cast_tree
-from fusecheck.memory import MemoryLog
 from fusecheck.policy import Policy
-from fusecheck.precision_notes import eager_precision_notes, pinned_fp32, pinned_note
-from fusecheck.rows import RowJudge
+from fusecheck.precision_notes import pinned_fp32, pinned_note
 from fusecheck.sharded import shard
 from fusecheck.sharded.blocks import judge_sharded_blocks
 from fusecheck.streamed.golden import StreamedGolden
@@ -67,10 +73,6 @@ def run_sharded(fn, case: Case, *, train: bool, cotangents, seed: int, digests_o
                 result.grads[f"grad.{name}"] = g
             p.grad = None
     return result
-
-
-def _differing(first: RunResult, again: RunResult) -> set[str]:
-    return {k for k, v in first.all().items() if again.digests.get(k) != digest(v)}
 
 
 def _buffer_digests(model: torch.nn.Module) -> dict:
@@ -108,48 +110,48 @@ class _ShardedGrads:
         self.sink(f"grad.{name}", mine)
 
 
-def check_rank(case: Case, *, backend, dtype: torch.dtype | None, device: torch.device, train: bool,
-               policy: Policy, seed: int, blocks: str | None, progress,
-               block_verdicts: bool = True, tf32: bool = False) -> tuple[dict[str, Any], list]:
+def agree(flag: bool) -> bool:
+    """any(flag) over the ranks: a stage that runs once more does so on every rank, or the others would wait."""
+    t = torch.tensor([int(flag)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def check_rank(case: Case, opts: CheckOptions, device: torch.device, progress) -> tuple[dict[str, Any], list]:
     """This rank's rows, notes, timings and peak memory (everything rank 0 needs to report, picklable), and
     the graphs it captured (kept on the rank). TF32 is pinned off on CUDA unless `tf32`, as in `run_check`."""
-    with pinned_fp32(device.type, keep=tf32):
-        result, graphs = _check_rank(case, backend=backend, dtype=dtype, device=device, train=train,
-                                     policy=policy, seed=seed, blocks=blocks, progress=progress,
-                                     block_verdicts=block_verdicts)
-        result["notes"] += eager_precision_notes(device.type, dtype)  # only where --tf32 kept TF32 on
-    result["notes"] += pinned_note(device.type, dtype, tf32)
+    with pinned_fp32(device.type, keep=opts.tf32):
+        result, graphs = _check_rank(case, opts, device, progress)
+    result["notes"] += pinned_note(device.type, report_dtype(opts.dtype), opts.tf32)
     return result, graphs
 
 
-def _check_rank(case: Case, *, backend, dtype, device, train, policy, seed, blocks, progress,
-                block_verdicts) -> tuple[dict[str, Any], list]:
+def _check_rank(case: Case, opts: CheckOptions, device: torch.device, progress) -> tuple[dict[str, Any], list]:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = case.model
     if not isinstance(model, torch.nn.Module):
         raise TargetError("a sharded check needs an nn.Module target")
-    plan = make_plan(model, blocks)
+    plan = make_plan(model, opts.blocks)
     if plan is None:
         raise TargetError(f"a sharded check shards the model per block, and {case.name!r} has no nn.ModuleList "
                           "of two or more children: name its blocks with --blocks 'GLOB'")
-    timings: dict[str, float] = {}
-    mem = MemoryLog(device)
-
+    dtype = report_dtype(opts.dtype)
+    policy = opts.policy or Policy()
     current = ["start"]
     for block_name, block in plan.blocks:  # progress per block: a stuck rank is named with the block it is in
         block.register_forward_pre_hook(lambda *_, n=block_name: progress(f"{current[0]}: {n}"), prepend=True)
 
-    @contextlib.contextmanager
-    def measured(name: str):
+    def phase_progress(name: str) -> None:
         current[0] = name
         progress(name)
-        t = time.perf_counter()
-        with mem.phase(name):
-            yield
-        timings[name] = time.perf_counter() - t
 
+    gdev = resolve_device(device.type)
     tp_plan = getattr(model, "fusecheck_tp_plan", None)  # the target asks for tensor parallelism
-    with measured("shard"):
+    inputs = Case(model, cast_tree(case.inputs, dtype, device), case.name, cast_tree(case.kwargs, dtype, device))
+    p = Pipeline(inputs, opts, policy, resolve_backend(opts.backend), device, gdev.golden_dtype, device,
+                 functools.partial(run_sharded, case=inputs, train=opts.train, seed=opts.seed),
+                 agree=agree, raw=backend_raised, progress=phase_progress)
+    with p.measured("shard"):
         meta = shard.on_meta(model)
         if dtype is not None:
             model.to(dtype)
@@ -160,92 +162,69 @@ def _check_rank(case: Case, *, backend, dtype, device, train, policy, seed, bloc
         else:
             shard.fully_shard_blocks(model, plan.blocks, device)
         if meta:
-            shard.materialize(model, device, seed)
+            shard.materialize(model, device, seed=opts.seed)
         model.eval()
-    inputs = Case(model, cast_tree(case.inputs, dtype, device), case.name, cast_tree(case.kwargs, dtype, device))
     buffers = _buffer_digests(model)
 
-    run = functools.partial(run_sharded, case=inputs, train=train, seed=seed)
-    recorder = BlockRecorder(plan.blocks) if block_verdicts else None
-    with measured("eager"):
-        with recorder or contextlib.nullcontext():
-            eager = run(model, cotangents=None)
-        eager2 = run(model, cotangents=eager.cotangents, digests_only=True)
-    capture = GraphCapture(backend.make())
-    torch._dynamo.reset()
-    shard.compile_blocks(plan.blocks, capture)
-    try:
-        with measured("compiled"), shard.enough_recompiles(len(plan.blocks)):
-            compiled = run(model, cotangents=eager.cotangents)
-            first = {k: digest(v) for k, v in compiled.all().items()}  # every compiled run is judged
-            compiled2 = run(model, cotangents=eager.cotangents, digests_only=True, differs_from=first)
-            if recorder is not None:
-                replay_compiled(recorder, train)
-    finally:
-        shard.uncompile_blocks(plan.blocks)
+    recorder = BlockRecorder(plan.blocks) if opts.block_verdicts else None
+    eager = run_eager(p, recorder)
+    compiled = run_compiled(p, eager, _compiling(plan, model),
+                            after=(lambda: replay_compiled(recorder, opts.train)) if recorder is not None else None)
     if _buffer_digests(model) != buffers:
         raise TargetError(f"{case.name!r} updates its buffers in place; the sharded check does not reset module "
                           "state between runs: check it on one process")
-    compiled_noisy = _differing(compiled, compiled2)
-    judge = RowJudge(eager.all(), compiled.all(), policy, eager_noisy=_differing(eager, eager2),
-                     compiled_noisy=compiled_noisy,
-                     compiled_again={k: v for k, v in compiled2.differing.items() if k in compiled_noisy},
-                     keep_doubts=False)  # the noise band's extra eager runs are collective: one process only
-    del compiled2
-    names, extra = list(eager.all()), sorted(set(compiled.all()) - set(eager.all()))
-    cotangents = eager.cotangents
-    del eager, compiled
+    mutated = mutated_keys(eager, compiled)
+    # the noise band's extra eager runs are collective and per row: one process only
+    judge = row_judge(p, eager, compiled, keep_doubts=False)
+    names, compiled_keys = list(judge.eager), set(judge.compiled)
+    cotangents, skipped = eager.first.cotangents, eager.skipped
+    eager.first = compiled.first = None
+    p.notes += capture_notes(p, compiled)
 
-    with measured("golden"):
-        _golden(inputs, model, plan, judge.judge, train=train, cotangents=cotangents, device=device,
-                rank=rank, world=world, fsdp=not tp_plan)
-    block_rows = []
-    if recorder is not None:
-        with measured("blocks"):
-            block_rows = (judge_blocks(recorder, torch.float64, device, policy) if tp_plan
-                          else judge_sharded_blocks(recorder, device, policy))
-        del recorder
+    def golden(sink):
+        _golden(inputs, model, plan, sink, train=opts.train, cotangents=cotangents, dtype=p.golden_dtype,
+                device=device, rank=rank, world=world, fsdp=not tp_plan)
+    fallback = run_golden(p, judge, compiled, golden, "streamed per rank")
+    block_rows = run_blocks(p, recorder, fallback, lambda rec: (
+        judge_blocks(rec, p.golden_dtype, device, policy) if tp_plan
+        else judge_sharded_blocks(rec, p.golden_dtype, device, policy)))
+    del recorder
+    p.notes += fallback.notes()
+    p.notes += run_notes(p, eager, compiled, mutated, dtype)
     unjudged = sorted(n for n in judge.eager if n.startswith("grad.") and not n.startswith("grad.input"))
-    for name in list(judge.eager):
-        judge.judge(name, None)
-    rows: list[Comparison] = [judge.rows[n] for n in names if n in judge.rows]
-    notes = []
     if unjudged:  # never silent: a gradient shard without its golden is judged against eager only
-        notes.append(f"{len(unjudged)} gradient shard(s) got no fp64 golden and were judged against eager only: "
-                     + ", ".join(unjudged[:4]))
-    if extra:
-        notes.append(f"compiled produced results eager did not: {', '.join(extra)}")
-    if not capture.graphs:
-        notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
-    notes += _unfollowed_decisions(capture)
-    return {"rank": rank, "rows": rows, "notes": notes, "seconds": timings, "memory": mem.to_dict(),
-            "n_graphs": len(capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp",
+        p.notes.append(f"{len(unjudged)} gradient shard(s) got no fp64 golden and were judged against eager only: "
+                       + ", ".join(unjudged[:4]))
+    rows = finish(p, judge, names, compiled_keys)
+    return {"rank": rank, "rows": rows, "notes": p.notes, "seconds": p.timings, "memory": p.mem.to_dict(),
+            "n_graphs": len(compiled.capture.graphs), "blocks": block_rows, "layout": "tp" if tp_plan else "fsdp",
             "plan": plan.describe(), "meta": meta,
-            "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, capture.graphs
+            "shard_bytes": sum(_local(p).numel() * p.element_size() for p in model.parameters())}, \
+        compiled.capture.graphs
 
 
-def _unfollowed_decisions(capture: GraphCapture) -> list[str]:
-    """Never silent: the sharded check's golden does not follow near-tied decisions (decisions/) yet, so a
-    routing or mask tie that a single-process check would follow can fail here."""
-    found = [n for g in capture.graphs for n in decision_nodes(g.gm)]
-    if not found:
-        return []
-    return [f"decisions: the compiled blocks take {len(found)} discrete decision(s) ({', '.join(found[:4])}) that "
-            "a sharded check does not line up with the golden: a FAIL where two choices are near-tied may be "
-            "the tie, not the kernel; a single-process check of a smaller config follows them"]
+def _compiling(plan, model):
+    @contextlib.contextmanager
+    def compiling(capture: GraphCapture):
+        shard.compile_blocks(plan.blocks, capture)
+        try:
+            with shard.enough_recompiles(len(plan.blocks)):
+                yield model
+        finally:
+            shard.uncompile_blocks(plan.blocks)
+    return compiling
 
 
-def _golden(case: Case, model, plan, sink, *, train, cotangents, device, rank, world, fsdp: bool) -> None:
+def _golden(case: Case, model, plan, sink, *, train, cotangents, dtype, device, rank, world, fsdp: bool) -> None:
     """`golden_runs.run_streamed` on a sharded model: gradients named by the unsharded parameters a running
     block holds, and reduced over ranks to this rank's shard before they are judged."""
-    gcase = Case(model, cast_tree(case.inputs, torch.float64, device), case.name,
-                 cast_tree(case.kwargs, torch.float64, device))
+    gcase = Case(model, cast_tree(case.inputs, dtype, device), case.name, cast_tree(case.kwargs, dtype, device))
     grads = _ShardedGrads(sink, rank, world, data_parallel=fsdp)
-    with StreamedGolden(model, plan, torch.float64, device, train=train, on_grad=grads) as streamed:
+    with StreamedGolden(model, plan, dtype, device, train=train, on_grad=grads) as streamed:
         if train and fsdp:
             streamed.grads.names.update(_unsharded_names(model, [b for _, b in plan.blocks] + [model]))
         golden = run_once(model, gcase, train=train, param_grads=False,
-                          cotangents=cast_tree(cotangents, torch.float64, device) if cotangents else None)
+                          cotangents=cast_tree(cotangents, dtype, device) if cotangents else None)
         streamed.finish()
     for name, t in golden.all().items():
         sink(name, t)

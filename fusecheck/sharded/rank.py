@@ -23,10 +23,11 @@ def run_rank(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from fusecheck.backends import resolve_backend
     from fusecheck.case import load_target
-    from fusecheck.cli import usage_errors
-    from fusecheck.devices import resolve_device, resolve_dtype
+    from fusecheck.check.options import CheckOptions
+    from fusecheck.check.report import rows_exit_code
+    from fusecheck.devices import resolve_device
+    from fusecheck.errors import is_usage
     from fusecheck.distributed.pool import is_secondary
     from fusecheck.distributed.worker import _describe
     from fusecheck.policy import Policy
@@ -53,12 +54,10 @@ def run_rank(args: argparse.Namespace) -> int:
         progress("load target")
         policy = Policy.load(args.policy)
         case = load_target(args.target, seed=args.seed)
-        result, graphs = check_rank(case, backend=resolve_backend(args.backend), dtype=resolve_dtype(args.dtype),
-                            device=device, train=args.train, policy=policy, seed=args.seed, blocks=args.blocks,
-                            progress=progress, block_verdicts=getattr(args, "block_verdicts", True),
-                            tf32=getattr(args, "tf32", False))
+        opts = CheckOptions.from_args(args, policy=policy, device=str(device))
+        result, graphs = check_rank(case, opts, device, progress)
         progress("gather verdicts to rank 0")
-        mine = _exit_code(result["rows"])
+        mine = rows_exit_code(result["rows"])
         code = torch.tensor([mine], device=device if device.type == "cuda" else "cpu")
         dist.all_reduce(code, op=dist.ReduceOp.MAX)
         gathered = [None] * dist.get_world_size() if rank == 0 else None
@@ -76,7 +75,7 @@ def run_rank(args: argparse.Namespace) -> int:
     except BaseException as exc:
         error = _describe(exc)
         secondary = is_secondary(error)
-        status.state["usage"] = isinstance(exc, usage_errors())
+        status.state["usage"] = is_usage(exc)
         status.failed(error, secondary)
         if secondary:
             print(f"fusecheck: rank {rank} gave up waiting for its peers in phase {status.state['phase']!r} "
@@ -102,13 +101,6 @@ def refuse_unsupported(args: argparse.Namespace) -> None:
         raise TargetError("--toggle is not supported by a sharded check (--nproc or torchrun) yet")
     if getattr(args, "golden", "auto") == "whole":
         raise TargetError("a sharded check streams the golden block by block: --golden whole is not possible")
-
-
-def _exit_code(rows) -> int:
-    from fusecheck.compare import Status
-    if any(r.verdict.status is Status.ERROR for r in rows):
-        return 2
-    return 0 if all(r.passed for r in rows) else 1
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ def peak_lines(results: list[dict]) -> list[str]:
 
 
 def build_report(case: Case, args: argparse.Namespace, policy: Policy, results: list[dict], graphs: list = ()):
-    from fusecheck.run import CheckReport
+    from fusecheck.check import CheckReport
     rows = []
     for res in results:
         for row in res["rows"]:

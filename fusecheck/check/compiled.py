@@ -1,0 +1,94 @@
+"""Stage: compiled, twice, every run judged. The second run keeps in full what differs from the first (a
+race that hits only the second call is compared with the golden like the first run), and a result it could
+not keep (a gradient accumulated twice) is taken from a third run. The choices the compiled graphs made at
+discrete decisions (topk routing, masks) are read from their taps, and eager's from one more eager run."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
+
+import torch
+
+from fusecheck.capture import GraphCapture
+from fusecheck.check.eager import EagerRuns, rerun
+from fusecheck.check.pipeline import Pipeline
+from fusecheck.decisions.follow import Recorder
+from fusecheck.digest import digest
+from fusecheck.errors import CompileError
+from fusecheck.execute import RunResult
+from fusecheck.watchdog import phase
+
+# compiling(capture) -> a context that yields the compiled callable and undoes the compile on exit
+Compiling = Callable[[GraphCapture], ContextManager[Any]]
+
+
+@dataclass
+class CompiledRuns:
+    first: RunResult
+    noisy: set[str]
+    again: dict[str, torch.Tensor]
+    capture: GraphCapture
+    choices: list[torch.Tensor]        # the compiled graphs' decisions, first run
+    census: Any = None
+    eager_choices: Recorder = field(default_factory=Recorder)
+
+
+def whole_model(model) -> Compiling:
+    @contextlib.contextmanager
+    def compiling(capture: GraphCapture):
+        yield torch.compile(model, backend=capture)
+    return compiling
+
+
+def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
+                 setup: Callable[[contextlib.ExitStack], Any] | None = None,
+                 after: Callable[[], None] | None = None) -> CompiledRuns:
+    """`setup(stack)`: enters what surrounds the compiled runs (the toggles) and returns the kernel census, if
+    any; `after()`: more compiled work in the same phase (the per-block replays of regionally compiled blocks)."""
+    cotangents = eager.first.cotangents
+    torch._dynamo.reset()
+    capture = GraphCapture(p.backend.make(), decisions=None if p.backend.user else [])
+    phase(f"compiling and running {p.name!r} with backend {p.backend.name!r}")
+    with p.measured("compiled"), contextlib.ExitStack() as stack:
+        census = setup(stack) if setup is not None else None
+        try:
+            with compiling(capture) as fn:
+                compiled = p.run(fn, cotangents=cotangents)
+                choices = list(capture.decisions or ())
+                first = {k: digest(v) for k, v in compiled.all(compiled.mutated).items()}
+                compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
+                noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
+                again = {k: v for k, v in compiled2.differing.items() if k in noisy}
+                again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
+                del compiled2
+                if after is not None:
+                    after()
+        except Exception as exc:
+            if p.passes_through(exc):
+                raise
+            raise CompileError(f"backend {p.backend.name!r} failed on {p.name!r}: {type(exc).__name__}: {exc}") from exc
+    torch._dynamo.reset()
+    runs = CompiledRuns(compiled, noisy, again, capture, choices, census)
+    if capture.decisions:
+        capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
+    _record_eager_choices(p, runs, cotangents)
+    return runs
+
+
+def _record_eager_choices(p: Pipeline, runs: CompiledRuns, cotangents) -> None:
+    """The compiled graphs decide (topk routing...): eager's choices, from one more run (not recorded in the
+    first: a dispatch mode there would change how eager runs torch.cond)."""
+    if not p.agree(bool(runs.choices)):
+        return
+    try:
+        with p.measured("eager"), runs.eager_choices:
+            p.run(p.case.model, cotangents=cotangents, digests_only=True)
+    except Exception as exc:  # e.g. an op that refuses Python dispatch modes: judge without following
+        if p.passes_through(exc):
+            raise
+        runs.eager_choices.calls.clear()
+        p.notes.append(f"decisions: eager's choices could not be recorded ({type(exc).__name__}: "
+                       f"{str(exc)[:120]}); the golden keeps its own")
+    if not runs.choices:
+        runs.eager_choices.calls.clear()  # run only to keep step with a peer: nothing to follow here

@@ -1,0 +1,66 @@
+"""Stage: the golden, judged row by row as its results arrive. One pass per set of choices to follow
+(fusecheck/decisions/passes.py); ops with no kernel in the golden dtype fall back one step lower
+(golden_fallback.py), and the report names them. How the golden runs (whole copy, streamed, sharded) is the
+caller's `golden(sink)`."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from fusecheck.check.compiled import CompiledRuns
+from fusecheck.check.pipeline import Pipeline
+from fusecheck.decisions.passes import golden_passes
+from fusecheck.errors import GoldenError
+from fusecheck.golden_fallback import GoldenFallback
+from fusecheck.watchdog import phase
+
+Sink = Callable[[str, torch.Tensor], None]
+
+
+def outside_modes(fn: Sink) -> Sink:
+    """The sink judges rows while the golden runs (inside GoldenFallback's dispatch mode): the comparison's
+    own ops must not go through that Python mode, one op at a time."""
+    def call(*args):
+        with _disable_current_modes():
+            return fn(*args)
+    return call
+
+
+def _discard(name: str, t: torch.Tensor) -> None:
+    pass
+
+
+def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
+               how: str) -> GoldenFallback:
+    """Run the golden through every pass; returns the fallback (its notes; the per-block replays use it)."""
+    phase(f"running the {p.golden_dtype} golden of {p.name!r} ({how})")
+    fallback = GoldenFallback(p.golden_dtype)
+    with p.measured("golden"):
+        try:
+            done = 0
+            for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
+                                                p.policy.ratios.decision_tie):
+                with fallback, follower:
+                    golden(outside_modes(sink))
+                p.notes.extend(follower.report.notes())
+                done += 1
+            if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it
+                with fallback:
+                    golden(_discard)
+        except Exception as exc:
+            if p.passes_through(exc):
+                raise
+            raise GoldenError(f"the {p.golden_dtype} golden run of {p.name!r} failed where eager ran "
+                              f"({how} golden): {type(exc).__name__}: {exc}") from exc
+    return fallback
+
+
+def run_blocks(p: Pipeline, recorder, fallback: GoldenFallback, judge_blocks: Callable) -> list:
+    """Stage: each block replayed on eager's input to it and judged (diagnostic rows; the verdict is end to end)."""
+    if recorder is None or not recorder.calls:
+        return []
+    phase(f"judging each block of {p.name!r} on eager's input to it")
+    with p.measured("blocks"), fallback:
+        return judge_blocks(recorder)

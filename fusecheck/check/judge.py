@@ -1,0 +1,75 @@
+"""Stage: the last rows judged (results the golden did not produce, against eager alone), rows only the
+per-element checks failed settled by eager's noise band, and the notes every check gives."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from fusecheck.check.compiled import CompiledRuns
+from fusecheck.check.eager import EagerRuns
+from fusecheck.check.pipeline import Pipeline
+from fusecheck.compare import Comparison, input_error
+from fusecheck.decisions.tap import decision_nodes
+from fusecheck.precision_notes import eager_precision_notes
+from fusecheck.rows import RowJudge
+from fusecheck.watchdog import phase
+
+
+def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_doubts: bool = True) -> RowJudge:
+    """In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any."""
+    mutated = mutated_keys(eager, compiled)
+    return RowJudge(eager.first.all(mutated), compiled.first.all(mutated), p.policy,
+                    exact=compiled.capture.movement_only, eager_noisy=eager.noisy, compiled_noisy=compiled.noisy,
+                    eager_again=eager.again, compiled_again=compiled.again, keep_doubts=keep_doubts)
+
+
+def mutated_keys(eager: EagerRuns, compiled: CompiledRuns) -> tuple[str, ...]:
+    return tuple(sorted(set(eager.first.mutated) | set(compiled.first.mutated)))
+
+
+def capture_notes(p: Pipeline, compiled: CompiledRuns) -> list[str]:
+    capture = compiled.capture
+    if p.backend.user and any(decision_nodes(g.gm) for g in capture.graphs):
+        return ["decisions: a user backend receives the model's own graph (no decision taps), so where "
+                "it takes a discrete decision (topk, relu, max-pool...) at a near-tie the golden keeps its own"]
+    return []
+
+
+def run_notes(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, mutated: tuple[str, ...],
+              run_dtype: torch.dtype | None) -> list[str]:
+    """What the report says about how the runs went (graphs, data movement, mutation, precision)."""
+    notes = eager_precision_notes(p.device.type, run_dtype)
+    if p.golden_dtype != torch.float64:
+        notes.append(f"golden runs in {p.golden_dtype} on {p.device.type}: the device has no fp64")
+    if eager.skipped:
+        notes.append(f"not compared: {', '.join(eager.skipped)} hold tensors but are neither tensors, pytree "
+                     "containers nor dataclasses; return their tensors to have them judged")
+    graphs = compiled.capture.graphs
+    if not graphs:
+        notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
+    elif len(graphs) > 1:
+        notes.append(f"{len(graphs)} graphs captured (graph breaks"
+                     f"{'; one per block with --regional' if p.opts.regional else ''})")
+    if compiled.capture.movement_only:
+        notes.append("every captured graph is pure data movement: forward outputs must be bitwise equal to eager")
+    if mutated:
+        notes.append(f"the model mutates {', '.join(k.removeprefix('mutated.') for k in mutated)}: "
+                     "the values after the call are judged too")
+    return notes
+
+
+def finish(p: Pipeline, judge: RowJudge, eager_keys: list[str], compiled_keys: set[str],
+           settle: Callable[[RowJudge], list[str]] | None = None) -> list[Comparison]:
+    """Every remaining row judged without a golden, doubts settled (`settle`, where it can run), rows in
+    eager's order; a result only compiled produced is an error row."""
+    phase(f"comparing the outputs of {p.name!r}")
+    with p.measured("compare"):
+        for name in list(judge.eager):
+            judge.judge(name, None)
+    if judge.doubtful and settle is not None:
+        p.notes.extend(settle(judge))
+    rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
+    for name in sorted(compiled_keys - set(eager_keys)):
+        rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))
+    return rows
