@@ -25,9 +25,16 @@ def per_element_only(v: Verdict) -> bool:
         f.split(" ", 1)[0] in PER_ELEMENT_CHECKS for f in v.failed_checks)
 
 
+def golden_checks_failed(v: Verdict) -> bool:
+    """Failed by the checks against the golden (not by structure, non-finite values or exactness): eager's
+    error there is one draw, which the settling step replaces by eager's family (settle.py)."""
+    return v.code == "worse_than_eager" and bool(v.failed_checks)
+
+
 @dataclass
 class Doubt:
-    """A row only the per-element checks failed: the compiled runs that failed them, eager, the golden."""
+    """A row the golden checks failed against eager's one run: the compiled runs that failed, eager, the
+    golden; settled against eager's family and noise band (settle.py)."""
     runs: list[tuple[str, torch.Tensor, Verdict]]  # (which call, its result, its verdict before settling)
     eager: torch.Tensor
     golden: torch.Tensor
@@ -70,7 +77,7 @@ class RowJudge:
     # eager's error against a golden of its own (one that followed eager's near-tied decisions where
     # compiled chose differently: fusecheck/decisions/), measured in an earlier golden pass
     eager_errors: dict[str, Metrics] = field(default_factory=dict)
-    # rows failed by the per-element checks alone, kept to be settled by eager's noise band (settle.py)
+    # rows failed by the golden checks, kept to be settled by eager's family and noise band (settle.py)
     doubtful: dict[str, Doubt] = field(default_factory=dict)
     keep_doubts: bool = True
 
@@ -128,7 +135,7 @@ class RowJudge:
 
     def _doubt(self, name: str, judged, e1: torch.Tensor, g: torch.Tensor | None) -> None:
         failing = [run for run in judged if not run[2].passed]
-        if self.keep_doubts and g is not None and failing and all(per_element_only(v) for _, _, v in failing):
+        if self.keep_doubts and g is not None and failing and all(golden_checks_failed(v) for _, _, v in failing):
             self.doubtful[name] = Doubt(failing, e1, g)
 
     def _judge_second_run(self, row: Comparison, name, c1, e1, g, ref_g, exact, eager_noisy: bool,

@@ -1,6 +1,6 @@
-"""Rows only the per-element checks failed are settled by eager's own noise band (fusecheck/settle.py): a
-benign cancellation passes, a few wrong elements where eager is accurate still fail, and nothing runs when no
-row is in doubt."""
+"""Rows the golden checks failed are settled against eager's family and its own noise band
+(fusecheck/settle.py): a benign cancellation passes, a few wrong elements where eager is accurate still fail,
+and nothing runs when no row is in doubt."""
 import pytest
 import torch
 
@@ -30,7 +30,7 @@ def test_a_few_wrong_elements_where_eager_is_accurate_still_fail(dtype):
     if all(f.startswith(("max_rel", "small_value_max_abs")) for f in row.verdict.failed_checks):
         # only the per-element checks saw it (bf16 here): the band was asked, and it confirms
         assert row.verdict.margins["noise_band"] > 1 and "beyond eager's noise band" in row.verdict.message
-        assert any(n.startswith("noise band:") for n in r.notes)
+        assert any(n.startswith("settling:") and "still worse" in n for n in r.notes)
     else:  # fp32: the mean relative error sees it too, so no row is in doubt
         assert "noise_band" not in row.verdict.margins
     if dtype == "bf16":
@@ -41,19 +41,20 @@ def test_no_doubt_no_extra_runs():
     torch.manual_seed(0)
     r = run_check(Case(Wide(), (torch.randn(32, 64),), "wide"), backend="aot_eager")
     assert r.passed and "noise band" not in r.seconds
-    assert not any(n.startswith("noise band:") for n in r.notes)
+    assert not any(n.startswith("settling:") for n in r.notes)
 
 
 @pytest.mark.slow
-def test_a_cancellation_gradient_flagged_by_the_octave_rule_is_settled_by_the_band():
+def test_a_cancellation_gradient_flagged_by_the_octave_rule_is_settled():
     """Tiny ViT (models/families.py, seed 1), bf16 --train, stock Inductor: the per-octave MaxRel flags the
-    position-embedding gradient (125 elements of one octave, compiled RMSE 0.55x eager's); the band passes."""
+    position-embedding gradient (125 elements of one octave, compiled RMSE 0.55x eager's); against eager's
+    family (or, where the per-element checks still fail, its noise band) it passes."""
     pytest.importorskip("transformers")
     from models.families import draw
     case, _ = draw("vit", 1)
     r = run_check(case, dtype="bf16", train=True, seed=1)
     assert r.passed, [row.verdict.message for row in r.rows if not row.passed]
-    settled = [row for row in r.rows if "noise_band" in row.verdict.margins]
+    settled = [row for row in r.rows if "flagged" in row.verdict.message]
     if torch.__version__.startswith("2.13"):  # the flag itself depends on Inductor's code generation
         assert [row.name for row in settled] == ["grad.model.vit.embeddings.position_embeddings"]
-        assert "within each element's noise band" in settled[0].verdict.message
+        assert any(w in settled[0].verdict.message for w in ("eager's family", "noise band"))

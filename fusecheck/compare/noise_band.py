@@ -408,6 +408,9 @@ class Spread(dict):
         self.pinned = 0
         self.first: dict[str, torch.Tensor] = {}
         self.rest: dict[str, torch.Tensor] = {}
+        # name -> each perturbed run's signed difference from eager (fp32), kept when asked (`keep_runs`):
+        # the settling step turns them into whole eager-like runs for the aggregate checks (settle.py)
+        self.diffs: dict[str, list[torch.Tensor]] = {}
 
     def calibration(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         if name in self.first and name in self.rest:
@@ -447,7 +450,8 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
                  cotangents: dict[str, torch.Tensor] | None = None, state: StateSnapshot | None = None,
                  names: Iterable[str] | None = None, seed: int = 0, dtype: torch.dtype | None = None,
                  eager: dict[str, torch.Tensor] | None = None, pin_decisions: bool = True,
-                 reassociate: bool = True, flip: float = 0.125, how: str = "ops") -> Spread:
+                 reassociate: bool = True, flip: float = 0.125, how: str = "ops",
+                 keep_runs: bool | None = None) -> Spread:
     """Per-element rounding-noise spread of eager: `runs` (K) extra runs of `fusecheck.execute.run_once(
     model_fn, case, train=..., cotangents=..., state=...)` under `RandomRounding` (module docstring), each
     result's spread = max over the K runs of |perturbed - eager|.
@@ -461,7 +465,8 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     taken when None). `seed`: the perturbations' own generators (never the process's RNG). `dtype`: only
     outputs of that dtype are perturbed (None: fp16/bf16/fp32). `how="inputs"`: perturb the floating inputs
     and parameters by their last bit instead of the ops (an alternative to compare; needs parameters small
-    enough to be snapshot)."""
+    enough to be snapshot). `keep_runs`: keep each run's signed difference from eager in `Spread.diffs`
+    (None: when `names` is given, i.e. for the few rows a caller asked about)."""
     if runs < 1:
         raise ValueError("eager_spread needs at least one perturbed run")
     if how not in ("ops", "inputs"):
@@ -470,13 +475,13 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     try:
         return _spread(model_fn, case, runs=runs, train=train, cotangents=cotangents, state=state, names=names,
                        seed=seed, dtype=dtype, eager=eager, pin_decisions=pin_decisions, reassociate=reassociate,
-                       flip=flip, how=how)
+                       flip=flip, how=how, keep_runs=names is not None if keep_runs is None else keep_runs)
     finally:
         restore_state(case, state)  # the model is left as eager left it, not as a perturbed run did
 
 
 def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtype, eager, pin_decisions,
-            reassociate, flip, how) -> Spread:
+            reassociate, flip, how, keep_runs=False) -> Spread:
     out = Spread(runs=runs, how=how)
     recording = None
     t0 = time.perf_counter()
@@ -524,8 +529,12 @@ def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtyp
             p = results.get(name)
             if not isinstance(p, torch.Tensor) or p.shape != b.shape:
                 continue
-            d = (p.double() - b.double()).abs()
-            d = torch.where(torch.isnan(d), torch.zeros((), dtype=d.dtype, device=d.device), d).float()
+            signed = p.double() - b.double()
+            signed = torch.where(torch.isnan(signed), torch.zeros((), dtype=signed.dtype, device=signed.device),
+                                 signed)
+            if keep_runs:
+                out.diffs.setdefault(name, []).append(signed.float())
+            d = signed.abs().float()
             spreads[name] = d if name not in spreads else torch.maximum(spreads[name], d)
             if runs >= 2:
                 if k == 0:
