@@ -27,6 +27,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "toggles": ("fusecheck.toggles_cli", "list the fusion toggles, what each does and whether torch supports it"),
     "bisect": ("fusecheck.bisect_cli", "name the pass or fusion that makes compiled worse than eager"),
     "dist": ("fusecheck.dist_cli", "layered validation of distributed fused comm+compute kernels"),
+    "op": ("fusecheck.op.cli", "gate a hand-written fused kernel against its unfused chain"),
+    "train": ("fusecheck.train.cli", "train N steps of eager, compiled and an fp64 shadow; judge the drift"),
 }
 # Each module above imports no torch at its top (its `run` imports the heavy modules), so that every
 # `fusecheck COMMAND -h` answers in a fraction of a second (tests/test_cli_inputs.py holds each one to it).
