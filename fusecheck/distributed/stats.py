@@ -5,21 +5,9 @@ normal interval collapses to [0, 0], while Wilson's upper bound is about 3.84/(n
 """
 from __future__ import annotations
 
-import math
+from fusecheck.rates import Z95, wilson_interval  # one home for the rate math (fusecheck/rates.py)
 
-Z95 = 1.959963984540054
-
-
-def wilson_interval(failures: int, runs: int, z: float = Z95) -> tuple[float, float]:
-    if runs <= 0:
-        return 0.0, 1.0
-    p = failures / runs
-    den = 1 + z * z / runs
-    centre = (p + z * z / (2 * runs)) / den
-    half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / den
-    lo = 0.0 if failures == 0 else max(0.0, centre - half)
-    hi = 1.0 if failures == runs else min(1.0, centre + half)
-    return lo, hi
+__all__ = ["Z95", "wilson_interval", "rate_summary"]
 
 
 def rate_summary(failures: int, runs: int) -> dict:
