@@ -53,10 +53,14 @@ def _max_ratio_tail(n: int, t: float) -> float:
 MAX_EXACT_N = 64  # beyond this q(n) changes little; q(64) is used (larger than q(n), so conservative)
 
 
-@functools.lru_cache(maxsize=None)
 def chance_ratio(n: int, alpha: float) -> float:
-    """(1 - alpha) quantile of the ratio of maxima of two samples of n half-normal errors of one scale."""
-    n = max(1, min(int(n), MAX_EXACT_N))
+    """(1 - alpha) quantile of the ratio of maxima of two samples of n half-normal errors of one scale.
+    n is capped before the cache: every octave larger than MAX_EXACT_N shares one cached entry."""
+    return _chance_ratio(max(1, min(int(n), MAX_EXACT_N)), float(alpha))
+
+
+@functools.lru_cache(maxsize=None)
+def _chance_ratio(n: int, alpha: float) -> float:
     if n == 1:
         return 1 / math.tan(math.pi * alpha / 2)
     lo, hi = 0.0, math.log(1e7)
