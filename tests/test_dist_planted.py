@@ -398,3 +398,64 @@ class P2PAllGather(DistSpec):
         out = [torch.empty_like(a) for _ in range(dist.get_world_size(group))]
         dist.all_gather(out, a, group=group)
         return torch.cat(out, 0) * 2
+
+
+# ---- issue 20 part 3: per-shape rates, never-written slots, a layer that fails alone -------------------------
+
+RAGGED_SHAPES = [{"m": 6, "k": 6, "n": 4}, {"m": 7, "k": 6, "n": 4}, {"m": 9, "k": 6, "n": 4}]  # chunks 3
+
+
+class TailOnlyBug(AllGatherGemm):
+    """Deterministic: when the rows do not divide into the chunks, the ragged tail chunk's last output row is
+    written twice as large. Fails the non-dividing shape (m=7) every run and never the others."""
+
+    shapes = RAGGED_SHAPES
+
+    def fused(self, inputs, group):
+        out = super().fused(inputs, group)
+        m, chunks = inputs["a"].shape[0], int(self.tiling["chunks"])
+        if m % chunks:
+            out[-1] = out[-1] * 2
+        return out
+
+
+class CorrectOnRaggedShapes(AllGatherGemm):
+    """The correct kernel on the same shapes as TailOnlyBug."""
+
+    shapes = RAGGED_SHAPES
+
+
+class OffByOneVaryingPoison(ChunkOffsetOffByOne):
+    """The off-by-one chunk offset of ChunkOffsetOffByOne, but the output is allocated filled with a value that
+    changes on every call (as uninitialised or recycled memory does): the never-written rows hold different
+    garbage in every repeat while the same positions are wrong. Deterministic: layout, never a race."""
+
+    _calls = 0
+
+    def _run(self, a, group, tile):
+        world, m = dist.get_world_size(group), a.shape[0]
+        out = None
+
+        def consume(c, s, e, gathered):
+            nonlocal out
+            for src in range(world):
+                y = tile(gathered[src])
+                if out is None:
+                    type(self)._calls += 1
+                    out = torch.full((world * m, y.shape[1]), 1000.5 + 17 * type(self)._calls, dtype=y.dtype,
+                                     device=y.device)
+                out[self._dest_rows(self._dest_block(src, world), m, s, e)] = y
+        self._pipeline(a, group, consume)
+        return out
+
+
+class Bf16OnlyRankOrder(AllGatherGemm):
+    """A communication bug on the bf16 path only (a dtype-specialised packing that swaps the ranks' blocks):
+    fp32 and fp16 are correct; in bf16 only layer 1 (and the whole kernel) fail."""
+
+    def _run(self, a, group, tile):
+        self._swap = a.dtype == torch.bfloat16
+        return super()._run(a, group, tile)
+
+    def _dest_block(self, src, world):
+        return (src + 1) % world if getattr(self, "_swap", False) else src

@@ -70,7 +70,7 @@ def synchronization(f: Facts) -> Finding | None:
                    + (f" (layer 2 passes on the same inputs of failing run(s) (shape, repeat) "
                       f"{_unexplained_whole_failures(f)[:5]})" if name == "whole" and f.compute.failed else ""))
     if varying:
-        why.append(f"layer 1 returned different bits for identical tagged inputs (shapes {varying})")
+        why.append(f"layer 1 got a different set of positions wrong for identical tagged inputs (shapes {varying})")
     if f.comm.failed:
         why.append(_comm_detail(f.comm))
     return Finding("synchronization (missing wait, early buffer reuse, race)", "comm+compute overlap", "; ".join(why))
@@ -133,10 +133,40 @@ def rank_subset(f: Facts) -> Finding | None:
 
 
 def communication(f: Facts) -> Finding | None:
-    if f.comm.failed and not f.compute.failed:
+    """Layer 1 fails and layer 2 does not fail on ordinary inputs (a failure of layer 2 confined to its NaN/Inf or
+    magnitude probes is a separate finding, not a reason to blame both layers for what layer 1 shows alone)."""
+    if f.comm.failed and not _fails_on_ordinary_inputs(f.compute):
+        extra = f"; {_determinism(f.comm)}" if f.comm.runs > 1 else ""
         return Finding("communication (rank order, chunking, buffer layout)", "layer 1 (comm)",
-                       f"{_verdicts(f)}; {_comm_detail(f.comm)}")
+                       f"{_verdicts(f)}; {_comm_detail(f.comm)}{extra}")
     return None
+
+
+def _fails_on_ordinary_inputs(s: LayerSummary) -> bool:
+    """Layer 2 failed on a run of ordinary inputs (not only on a NaN/Inf or magnitude probe variant)."""
+    if not s.failed:
+        return False
+    if not s.run_outcomes:       # no per-run record (a hand-made summary): every failure counts
+        return True
+    return any(failed and (variant or "finite") == "finite" for _, _, variant, failed in s.run_outcomes)
+
+
+def _determinism(s: LayerSummary) -> str:
+    """How layer 1's failures repeat: the same positions in every repeat is a fixed layout bug, not timing."""
+    if s.nondeterministic_shapes:
+        return f"the wrong positions change between repeats on shape(s) {s.nondeterministic_shapes}"
+    out = (f"deterministic: the same positions are wrong in every repeat"
+           + (" (the values left there differ between repeats: never-written slots holding workspace garbage)"
+              if s.values_vary_shapes else ""))
+    return out + _shape_split(s)
+
+
+def _shape_split(s: LayerSummary) -> str:
+    """'; fails on shape(s) [1] in every run and never on shape(s) [0, 2]' when the shapes split that way."""
+    rates = s.shape_rates()
+    always = [k for k, r in rates.items() if r.runs > 1 and r.failures == r.runs]
+    never = [k for k, r in rates.items() if r.failures == 0]
+    return f"; fails on shape(s) {always} in every run and never on shape(s) {never}" if always and never else ""
 
 
 def compute(f: Facts) -> Finding | None:
@@ -158,8 +188,16 @@ def _probe_kind(variants: list[str]) -> str:
                             for k in sorted(kinds)) + ")"
 
 
+def compute_probes_with_comm(f: Facts) -> Finding | None:
+    """Layer 1 fails and layer 2 fails only on probe variants: both are reported, layer 1 as the cause."""
+    if f.comm.failed and f.compute.failed and not _fails_on_ordinary_inputs(f.compute):
+        return Finding("compute" + _probe_kind(f.compute.variants_failed), "layer 2 (compute)",
+                       f"only on probe variants; {f.compute.first_failure}")
+    return None
+
+
 def both(f: Facts) -> Finding | None:
-    if f.compute.failed and f.comm.failed:
+    if f.compute.failed and f.comm.failed and _fails_on_ordinary_inputs(f.compute):
         return Finding("communication and compute", "layers 1 and 2",
                        f"{_verdicts(f)}; comm: {_comm_detail(f.comm)}; compute: {f.compute.first_failure}")
     return None
@@ -169,7 +207,7 @@ def fused_only(f: Facts) -> Finding | None:
     if f.whole.failed and not f.comm.failed and not f.compute.failed and not _contract_only(f.whole):
         return Finding("interaction of communication and compute (overlap/synchronization that only the fused "
                        "path exercises, or identity modes that differ from it)", "layer 3 (whole)",
-                       f"{_verdicts(f)}; {f.whole.first_failure}")
+                       f"{_verdicts(f)}{_shape_split(f.whole)}; {f.whole.first_failure}")
     return None
 
 
@@ -199,7 +237,8 @@ def bad_input(f: Facts) -> Finding | None:
 
 
 RULES: list[Callable[[Facts], Finding | None]] = [
-    hang_or_crash, incomplete, bad_input, synchronization, output_contract, rank_subset, communication, compute, both,
+    hang_or_crash, incomplete, bad_input, synchronization, output_contract, rank_subset, communication, compute, compute_probes_with_comm,
+    both,
     fused_only, cross_rank,
 ]
 

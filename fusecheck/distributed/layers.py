@@ -129,8 +129,11 @@ def comm_layer(ctx: RunContext) -> dict:
         lines, classes = explain([g.cpu() for g in gots], [e.cpu() for e in exps], plan, row_len,
                                  ctx.spec.block_rows(shape[0] if shape else 1), ctx.rank)
         cmp.notes.extend(lines)
-    # tags do not depend on the seed: a deterministic kernel returns the same bits in every repeat
-    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all),
+    # tags do not depend on the seed: a deterministic kernel gets the same positions wrong in every repeat, even
+    # where the values it leaves there (a never-written slot's workspace garbage) differ; `wrong` hashes which
+    # positions are wrong, `digest` the bits
+    wrong = digest((got_all != exp_all).to(torch.uint8))
+    return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all), wrong=wrong,
                    tag_dtype=_name(plan.dtype), tags=plan.to_dict())
 
 

@@ -36,7 +36,7 @@ def render(rep: DistReport) -> str:
                      ",".join(map(str, s.failing_ranks)) or "-", (s.first_failure or "")[:240]])
     table = render_table(["layer", "verdict", "runs", "failed", "rate", "95% upper\n(Wilson)", "failing\nranks",
                           "first failure"], rows, width=WIDTH, wrap={7: 24, 0: 12})
-    out = [*_lines(head), "", table]
+    out = [*_lines(head), "", table, *_rate_lines(rep)]
     if rep.cross.get("status") not in ("NOT REQUIRED", None):
         out += ["", *_lines(f"cross-rank consistency: {rep.cross['status']} ({len(rep.cross.get('mismatches', []))} "
                             f"mismatching of {rep.cross.get('runs', 0)} runs)")]
@@ -59,6 +59,27 @@ def render(rep: DistReport) -> str:
                                 width=WIDTH, wrap={2: 40, 0: 24, 1: 12}))
     out.extend(x for c in rep.caveats for x in _lines(f"note: {c}"))
     return "\n".join(out)
+
+
+def _rate_text(r) -> str:
+    lo, hi = r.interval
+    if r.failures == 0:
+        return f"0/{r.runs} (0%, < {100 * hi:.1f}%)"
+    return f"{r.failures}/{r.runs} ({100 * r.rate:.1f}%, {100 * lo:.1f}-{100 * hi:.1f}%)"
+
+
+def _rate_lines(rep: DistReport) -> list[str]:
+    """Failure rate per shape and overall, with its Wilson 95% interval and its unit, for every layer that ran:
+    a bug that fails one shape every time reads 100% there and 0% elsewhere, not as a pooled fraction."""
+    out = []
+    for name, s in rep.layers.items():
+        if not s.runs:
+            continue
+        shapes = s.shape_rates()
+        per = ", ".join(f"shape {k} {_rate_text(r)}" for k, r in shapes.items())
+        out += _lines(f"{name} failure rate (Wilson 95%): overall {_rate_text(s.overall_rate())}"
+                      + (f"; per shape: {per}" if len(shapes) > 1 else "") + f" [unit: {s.unit}]", "  ")
+    return ["", *out] if out else []
 
 
 STATUS_BY_EXIT = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "HANG/CRASH"}

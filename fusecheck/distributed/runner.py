@@ -79,8 +79,10 @@ class DistReport:
             "layers": {name: {**s.to_dict(), "runs": runs_of(self.results, name)}
                        for name, s in self.layers.items()},
             "cross_rank": self.cross,
-            "repeat_stats": {name: rate_summary(s.failed_runs, s.runs) for name, s in self.layers.items()},
-            "whole_failure_rate": rate_summary(whole.failed_runs, whole.runs),
+            "repeat_stats": {name: {**rate_summary(s.failed_runs, s.runs), "unit": s.unit,
+                                    "per_shape": {str(k): r.to_dict() for k, r in s.shape_rates().items()}}
+                             for name, s in self.layers.items()},
+            "whole_failure_rate": {**rate_summary(whole.failed_runs, whole.runs), "unit": whole.unit},
             "diagnosis": self.diagnosis.to_dict(),
             "caveats": self.caveats,
             "tags": next((r.get("tags") for r in self.results if r.get("tags")), None),

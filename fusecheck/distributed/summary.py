@@ -4,7 +4,11 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from fusecheck.distributed.stats import rate_summary
+from fusecheck.rates import Rate
+
+# what one run of a layer is: the entry point it calls, once per run on every rank (layer 1 calls comm_only
+# once per tag sub-run); a run fails when any rank's verdict fails
+UNIT_CALLS = {"comm": "comm_only", "compute": "compute_only", "whole": "fused"}
 
 
 @dataclass
@@ -24,6 +28,33 @@ class LayerSummary:
     missing: list[str] = field(default_factory=list)
     nondeterministic_shapes: list[int] = field(default_factory=list)  # same inputs, different output bits
     run_outcomes: list[list] = field(default_factory=list)   # [shape, repeat, variant, failed] per complete run
+    calls_per_run: int = 1        # entry-point calls per rank in one run (layer 1: one per tag sub-run)
+    world: int = 1
+    values_vary_shapes: list[int] = field(default_factory=list)  # same wrong positions, different values there
+
+    def shape_rates(self) -> dict[int, Rate]:
+        """Failure rate per shape: a deterministic tail-only bug is 100% on its shape and 0% on the others,
+        never a pooled fraction."""
+        out: dict[int, list[int]] = {}
+        for shape, _rep, _variant, failed in self.run_outcomes:
+            n = out.setdefault(shape, [0, 0])
+            n[0] += bool(failed)
+            n[1] += 1
+        return {k: Rate(f, n, calls=self.calls_per_run, ranks=self.world) for k, (f, n) in sorted(out.items())}
+
+    def overall_rate(self) -> Rate:
+        return Rate(self.failed_runs, self.runs, calls=self.calls_per_run, ranks=self.world)
+
+    @property
+    def unit(self) -> str:
+        calls = self.calls_per_run
+        return (f"1 run = {calls} call{'s' if calls != 1 else ''} of {UNIT_CALLS.get(self.layer, self.layer)}() "
+                f"on each of {self.world} rank(s), one shape, one repeat (and one probe variant); it fails when any "
+                f"rank's verdict fails")
+
+    def deterministic_shapes(self) -> list[int]:
+        """Shapes that failed in every run and shapes that passed in every run, when both exist."""
+        return [k for k, r in self.shape_rates().items() if r.runs and r.failures == r.runs]
 
     @property
     def failed(self) -> bool:
@@ -31,7 +62,9 @@ class LayerSummary:
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        d["failure_rate"] = rate_summary(self.failed_runs, self.runs)
+        d["failure_rate"] = {**self.overall_rate().to_dict(), "unit": self.unit}
+        d["unit"] = self.unit
+        d["per_shape_rates"] = {str(k): r.to_dict() for k, r in self.shape_rates().items()}
         return d
 
 
@@ -41,7 +74,7 @@ def run_key(r: dict) -> tuple:
 
 def summarize(layer: str, results: list[dict], world: int, complete: bool) -> LayerSummary:
     """`complete` is False after a HANG/CRASH: runs some ranks never finished are not counted."""
-    s = LayerSummary(layer)
+    s = LayerSummary(layer, world=world)
     runs: dict[tuple, dict[int, dict]] = collections.defaultdict(dict)
     for r in results:
         if r["layer"] == layer:
@@ -84,11 +117,17 @@ def summarize(layer: str, results: list[dict], world: int, complete: bool) -> La
     s.variants_failed = sorted(variants)
     s.intermittent_shapes = sorted(k for k, outcomes in per_shape.items() if outcomes == {True, False})
     if layer == "comm":  # layer-1 inputs (tags) are identical in every repeat
-        digests = collections.defaultdict(set)
+        # a race changes *which* positions are wrong (or whether any are) between repeats; a layout bug gets the
+        # same positions wrong every time, even when a never-written slot holds garbage that differs per repeat
+        wrong, bits = collections.defaultdict(set), collections.defaultdict(set)
         for key, ranks in runs.items():
             for r, res in ranks.items():
-                digests[(key[0], r)].add(res.get("digest"))
-        s.nondeterministic_shapes = sorted({k[0] for k, d in digests.items() if len(d) > 1})
+                wrong[(key[0], r)].add(res.get("wrong", res.get("digest")))
+                bits[(key[0], r)].add(res.get("digest"))
+        s.nondeterministic_shapes = sorted({k[0] for k, d in wrong.items() if len(d) > 1})
+        s.values_vary_shapes = sorted({k[0] for k, d in bits.items() if len(d) > 1} - set(s.nondeterministic_shapes))
+        s.calls_per_run = max([int((res.get("tags") or {}).get("subruns") or 1)
+                               for ranks in runs.values() for res in ranks.values()] or [1])
     if s.failed_runs:
         s.status = "FAIL" if any_fail else "ERROR"   # ERROR: could not judge (bad input), never a pass
     elif s.missing:
