@@ -70,6 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="FILE",
                    help="a report JSON of known failures: only new failures fail the gate")
     add_scale_arguments(p)
+    from fusecheck.op.cli import add_repeat_arguments
+    add_repeat_arguments(p, 1)
     from fusecheck.sharded.launch import add_sharded_arguments
     add_sharded_arguments(p)
 
@@ -129,10 +131,39 @@ def _error_reports(args: argparse.Namespace, started: float) -> Callable[[str, i
     return write
 
 
+def _junit_repeats(path: str, repeats: dict | None) -> None:
+    """--repeat/--rate-bound: the rate, its Wilson bound and its unit as properties of the testsuite, and the
+    rate's lines as its system-out (nothing changes without repeats)."""
+    if not repeats:
+        return
+    import xml.etree.ElementTree as ET
+    tree = ET.parse(path)
+    suite = tree.getroot().find("testsuite")
+    if suite is None:
+        return
+    overall = repeats["overall"]
+    props = ET.Element("properties")
+    for name, value in [("repeats.runs", repeats["runs"]), ("repeats.failures", repeats["failures"]),
+                        ("repeats.rate", overall["rate"]), ("repeats.ci95_low", overall["ci95_low"]),
+                        ("repeats.ci95_high", overall["ci95_high"]), ("repeats.bound", repeats["bound"]),
+                        ("repeats.unit", repeats["unit"]), ("repeats.calls_per_run", repeats["calls_per_run"]),
+                        ("repeats.requested_rate", repeats["requested_rate"])]:
+        ET.SubElement(props, "property", name=name, value="" if value is None else str(value))
+    suite.insert(0, props)
+    ET.SubElement(suite, "system-out").text = "\n".join([repeats["summary"], f"unit: {repeats['unit']}"])
+    ET.indent(tree)
+    tree.write(path, encoding="unicode", xml_declaration=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from fusecheck.watchdog import on_timeout, phase
     started = time.monotonic()
-    from fusecheck.sharded.launch import sharded_run
+    from fusecheck.sharded.launch import sharded_run, under_torchrun
+    if (getattr(args, "nproc", None) or under_torchrun()) and (args.repeat is not None or args.rate_bound is not None):
+        import sys
+        print("fusecheck check: error: --repeat/--rate-bound are for one process; drop --nproc, or repeat the "
+              "sharded check from a shell loop with --seed", file=sys.stderr)
+        return 2
     if (code := sharded_run(args)) is not None:
         return code
     phase("loading torch and the target")
@@ -146,22 +177,26 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.report.junit import write_junit
     from fusecheck.report.table import format_report
     from fusecheck.check import run_check
+    from fusecheck.op.repeated import run_repeats
 
     error_reports = _error_reports(args, started)
     try:
         with on_timeout(lambda message: error_reports(message, 3)):
             policy = Policy.load(args.policy)
             baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
-            phase(f"loading the target {args.target or '(built-in transformer block)'}")
-            case = load_target(args.target, seed=args.seed)
-            refuse_meta(case)
             toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
-            with quiet_compiler_logs(not args.verbose):
-                report = run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
-                                   train=args.train, policy=policy, toggles=toggles, seed=args.seed,
-                                   golden=args.golden, blocks=args.blocks, regional=args.regional,
-                                   golden_device=args.golden_device, block_verdicts=args.block_verdicts,
-                                   tf32=args.tf32)
+
+            def check_once(seed: int):
+                phase(f"loading the target {args.target or '(built-in transformer block)'}")
+                case = load_target(args.target, seed=seed)
+                refuse_meta(case)
+                with quiet_compiler_logs(not args.verbose):
+                    return run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
+                                     train=args.train, policy=policy, toggles=toggles, seed=seed,
+                                     golden=args.golden, blocks=args.blocks, regional=args.regional,
+                                     golden_device=args.golden_device, block_verdicts=args.block_verdicts,
+                                     tf32=args.tf32)
+            report = run_repeats(args, check_once)
     except KeyboardInterrupt:
         error_reports("interrupted (Ctrl-C)", 130)
         raise
@@ -176,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
     # the reports first: the verdict is printed only once they exist (a full disk is exit 3, one line)
     write_reports([
         ("--json", args.json_path, lambda: write_json(data, args.json_path)),
-        ("--junit", args.junit, lambda: write_junit(report, args.junit, known=diff.known_names if diff else frozenset(),
-                                                    suite=target_id(args.target), seconds=time.monotonic() - started)),
+        ("--junit", args.junit, lambda: (write_junit(report, args.junit,
+                                                     known=diff.known_names if diff else frozenset(),
+                                                     suite=target_id(args.target), seconds=time.monotonic() - started),
+                                         _junit_repeats(args.junit, data.get("repeats")))),
         ("--html", args.html, lambda: write_html("check", data, args.html))],
         verdict=f"{'PASS' if gate == 0 else report.status if gate == report.exit_code else 'FAIL'} (exit {gate})")
     print(format_report(report, verbose=args.verbose))
