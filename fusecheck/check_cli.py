@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_scale_arguments(p)
     from fusecheck.op.cli import add_repeat_arguments
     add_repeat_arguments(p, 1)
+    for action in p._actions:  # the shared help speaks of op's dtypes and shapes; a check is one target
+        if action.dest == "repeat":
+            action.help = ("run the whole check N times, each judged, with fresh weights, inputs and cotangents "
+                           "(seed + i); the report gives the failure rate, its Wilson 95%% bound and its unit")
     from fusecheck.sharded.launch import add_sharded_arguments
     add_sharded_arguments(p)
 
