@@ -54,8 +54,8 @@ if triton is not None:
         """v (fp32) rounded to the accumulation dtype and widened back."""
         if ACC == 1:   # bf16, round to nearest even on the fp32 bits (NaN/Inf kept)
             u = v.to(tl.uint32, bitcast=True)
-            r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-            finite = (u & 0x7F800000) != 0x7F800000
+            r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16   # shifts, no 64-bit mask constant
+            finite = tl.abs(v) < float("inf")                  # NaN and +-Inf are kept as they are
             v = tl.where(finite, r.to(tl.float32, bitcast=True), v)
         elif ACC == 2:
             v = v.to(tl.float16).to(tl.float32)
