@@ -92,3 +92,13 @@ def test_bf16_only_communication_bug_is_communication(dtype, comm_status):
         assert "compute" not in rep.diagnosis.cause
     else:
         assert rep.status == "PASS", render(rep)
+
+
+def test_rank_dependent_whole_failure_with_a_probe_only_compute_failure_is_layout():
+    comm = _summary("comm", [(0, r, "", False) for r in range(3)])
+    compute = _summary("compute", [(0, 0, "", False), (0, 0, "nan_inf:b", True)], variants_failed=["nan_inf:b"])
+    whole = _summary("whole", [(0, r, "", True) for r in range(3)], ranks_per_failed_run=[[1]] * 3,
+                     failing_ranks=[1])
+    d = diagnose(_facts(comm, compute, whole))
+    assert d.cause.startswith("layout / rank order"), d
+    assert any(f.cause.startswith("compute (NaN/Inf") for f in d.findings)

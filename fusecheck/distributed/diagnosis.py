@@ -121,7 +121,7 @@ def output_contract(f: Facts) -> Finding | None:
 def rank_subset(f: Facts) -> Finding | None:
     """Whole kernel fails on some ranks but passes on others, compute alone is fine: layout / rank order."""
     runs = f.whole.ranks_per_failed_run
-    if (f.whole.failed and not f.compute.failed and not _contract_only(f.whole) and runs
+    if (f.whole.failed and not _fails_on_ordinary_inputs(f.compute) and not _contract_only(f.whole) and runs
             and all(0 < len(r) < f.world for r in runs)):
         if len(f.whole.failing_ranks) < f.world:
             where = f"whole fails on rank(s) {f.whole.failing_ranks} and passes on the others"
