@@ -102,3 +102,10 @@ def test_rank_dependent_whole_failure_with_a_probe_only_compute_failure_is_layou
     d = diagnose(_facts(comm, compute, whole))
     assert d.cause.startswith("layout / rank order"), d
     assert any(f.cause.startswith("compute (NaN/Inf") for f in d.findings)
+
+
+def test_a_short_pass_says_it_cannot_exclude_a_5_percent_rate():
+    rep = run("CorrectOnRaggedShapes", 2, repeat=3, layers=("whole",), shapes=[{"m": 6, "k": 6, "n": 4}])
+    assert rep.status == "PASS", render(rep)
+    assert any("cannot exclude a 5% failure rate" in c and "--repeat 73" in c for c in rep.caveats), rep.caveats
+    assert "cannot exclude a 5% failure rate" in " ".join(render(rep).split())

@@ -63,6 +63,14 @@ class DistReport:
         elif self.task.repeat == 1:
             out.append("one run per shape: a race that did not fire in this run is not excluded "
                        "(--repeat 10, the default, runs each shape ten times)")
+        whole = self.layers.get("whole")
+        if self.status == "PASS" and whole is not None and whole.runs:
+            from fusecheck.rates import DEFAULT_REQUESTED_RATE as target, pct, runs_for_bound
+            worst = max(whole.shape_rates().values(), key=lambda r: r.interval[1])
+            if not worst.excludes(target):
+                out.append(f"this PASS cannot exclude a {pct(target)} failure rate per run of the whole kernel: "
+                           f"{worst.runs} clean runs per shape bound it below {pct(worst.interval[1])} (Wilson 95%); "
+                           f"--repeat {runs_for_bound(target)} would bound it below {pct(target)}")
         return out
 
     def to_dict(self) -> dict:
