@@ -109,3 +109,20 @@ def test_a_short_pass_says_it_cannot_exclude_a_5_percent_rate():
     assert rep.status == "PASS", render(rep)
     assert any("cannot exclude a 5% failure rate" in c and "--repeat 73" in c for c in rep.caveats), rep.caveats
     assert "cannot exclude a 5% failure rate" in " ".join(render(rep).split())
+
+
+def test_a_spec_opts_an_input_out_of_the_nan_inf_probes():
+    rep = run("NaNOptOutB", 2, repeat=1)
+    assert rep.status == "PASS", render(rep)
+    variants = {v for _, _, v, _ in rep.layers["compute"].run_outcomes}
+    assert "nan_inf:a" in variants and "nan_inf:delivered" in variants and "nan_inf:b" not in variants
+    assert any(v.startswith("magnitude:") and "b" in v.split(":")[2].split("+") for v in variants)
+
+
+def test_an_unknown_opt_out_name_is_a_spec_error_exit_2(tmp_path, capsys):
+    from fusecheck.distributed.spec import SpecError
+    with pytest.raises(SpecError, match=r"no_nan_inf names \['nope'\]"):
+        run("NaNOptOutUnknown", 2, repeat=1)
+    from fusecheck.distributed.cli import main
+    assert main([f"{PLANTED}:NaNOptOutUnknown", "--world-size", "2"]) == 2
+    assert "no_nan_inf names ['nope']" in capsys.readouterr().err

@@ -459,3 +459,15 @@ class Bf16OnlyRankOrder(AllGatherGemm):
 
     def _dest_block(self, src, world):
         return (src + 1) % world if getattr(self, "_swap", False) else src
+
+
+class NaNOptOutB(AllGatherGemm):
+    """The correct kernel whose spec opts `b` out of the NaN/Inf probes."""
+
+    shapes = [{"m": 4, "k": 6, "n": 4}]
+    no_nan_inf = ("b",)
+
+
+class NaNOptOutUnknown(AllGatherGemm):
+    shapes = [{"m": 4, "k": 6, "n": 4}]
+    no_nan_inf = ("nope",)

@@ -166,7 +166,13 @@ def plant_specials(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def special_targets(ctx: RunContext) -> list[str]:
     """Tensors that get NaN/Inf in turn: what communication delivers, then every floating input."""
     inputs = ctx.inputs(ctx.rank)
-    return ["delivered"] + [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    names = ["delivered"] + [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    skip = set(getattr(ctx.spec, "no_nan_inf", ()) or ())
+    unknown = sorted(skip - set(names) - set(inputs))
+    if unknown:
+        raise ValueError(f"{type(ctx.spec).__name__}.no_nan_inf names {unknown}, which are neither 'delivered' nor "
+                         f"inputs of make_inputs ({', '.join(names)})")
+    return [n for n in names if n not in skip]
 
 
 # magnitude probe -> the largest |x| of the scaled rows, from the dtype's range: squares (and sums of a few

@@ -118,6 +118,12 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
         raise SpecError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+    if getattr(spec, "no_nan_inf", ()):
+        import torch
+
+        from fusecheck.distributed.spec import validate_spec
+        validate_spec(spec, task.spec_ref, task.shapes or list(spec.shapes), world, task.seed,
+                      getattr(torch, task.dtype))
     for module in spec.preload_modules:
         importlib.import_module(module)
     t0 = time.monotonic()

@@ -76,6 +76,11 @@ class DistSpec:
         raise NotImplementedError
 
     # ---- optional ------------------------------------------------------------------------------------
+    # tensors that take no NaN/Inf probe in layer 2 ("delivered" or names of make_inputs' tensors): inputs the
+    # op promises nothing about when non-finite (e.g. a weight that every output element reads, turning the
+    # golden all-NaN for reasons the kernel cannot help). Magnitude probes still run on them.
+    no_nan_inf: tuple = ()
+
     def block_rows(self, rows: int) -> int:
         """Rows per pipeline block of the communicated tensor; used to name blocks in layer-1 messages."""
         chunks = int(self.tiling.get("chunks", 1)) or 1
@@ -223,6 +228,10 @@ def validate_spec(spec: DistSpec, ref: str, shapes: list[dict], world: int, seed
                 raise SpecError(f"{ref}.comm_input(...) raised {type(exc).__name__}: {exc}") from None
             if not isinstance(x, torch.Tensor):
                 raise SpecError(f"{ref}.comm_input(...) returned {type(x).__name__}, not a tensor")
+            unknown = sorted(set(getattr(spec, "no_nan_inf", ()) or ()) - {"delivered", *inputs})
+            if unknown:   # a typo would silently keep the probe it meant to drop
+                raise SpecError(f"{ref}: no_nan_inf names {unknown}, which are neither 'delivered' nor inputs of "
+                                f"make_inputs ({', '.join(['delivered', *inputs])})")
 
 
 def _load_module(where: str):
