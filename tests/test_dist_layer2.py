@@ -126,3 +126,16 @@ def test_an_unknown_opt_out_name_is_a_spec_error_exit_2(tmp_path, capsys):
     from fusecheck.distributed.cli import main
     assert main([f"{PLANTED}:NaNOptOutUnknown", "--world-size", "2"]) == 2
     assert "no_nan_inf names ['nope']" in capsys.readouterr().err
+
+
+def test_comm_failing_every_run_leads_over_a_compute_failing_a_few():
+    comm = _summary("comm", [(0, r, "", True) for r in range(10)], classes={"missing_ranks": 10})
+    compute = _summary("compute", [(0, r, "", r == 3) for r in range(10)])
+    whole = _summary("whole", [(0, r, "", True) for r in range(10)], ranks_per_failed_run=[[0, 1]] * 10,
+                     failing_ranks=[0, 1])
+    d = diagnose(_facts(comm, compute, whole))
+    assert d.cause.startswith("communication ("), d
+    assert any(f.cause == "compute" and "1 of 10 ordinary runs" in f.evidence for f in d.findings), d
+    # compute failing as often as comm: both
+    compute_all = _summary("compute", [(0, r, "", True) for r in range(10)])
+    assert diagnose(_facts(comm, compute_all, whole)).cause == "communication and compute"

@@ -135,11 +135,24 @@ def rank_subset(f: Facts) -> Finding | None:
 def communication(f: Facts) -> Finding | None:
     """Layer 1 fails and layer 2 does not fail on ordinary inputs (a failure of layer 2 confined to its NaN/Inf or
     magnitude probes is a separate finding, not a reason to blame both layers for what layer 1 shows alone)."""
-    if f.comm.failed and not _fails_on_ordinary_inputs(f.compute):
+    if f.comm.failed and (not _fails_on_ordinary_inputs(f.compute) or _comm_leads(f)):
         extra = f"; {_determinism(f.comm)}" if f.comm.runs > 1 else ""
         return Finding("communication (rank order, chunking, buffer layout)", "layer 1 (comm)",
                        f"{_verdicts(f)}; {_comm_detail(f.comm)}{extra}")
     return None
+
+
+def _ordinary_rate(s: LayerSummary) -> tuple[int, int]:
+    runs = [failed for _, _, variant, failed in s.run_outcomes if (variant or "finite") in ("finite", "stressed")]
+    return sum(map(bool, runs)), len(runs)
+
+
+def _comm_leads(f: Facts) -> bool:
+    """Layer 1 fails on every run while layer 2 fails on a minority of its ordinary runs: layer 1 alone explains
+    the whole kernel's failures; layer 2's few are their own finding (never a reason to blame both)."""
+    cf, cn = _ordinary_rate(f.comm)
+    kf, kn = _ordinary_rate(f.compute)
+    return bool(cn and kn and cf == cn and 2 * kf < kn)
 
 
 def _fails_on_ordinary_inputs(s: LayerSummary) -> bool:
@@ -193,11 +206,15 @@ def compute_probes_with_comm(f: Facts) -> Finding | None:
     if f.comm.failed and f.compute.failed and not _fails_on_ordinary_inputs(f.compute):
         return Finding("compute" + _probe_kind(f.compute.variants_failed), "layer 2 (compute)",
                        f"only on probe variants; {f.compute.first_failure}")
+    if f.comm.failed and f.compute.failed and _comm_leads(f):
+        kf, kn = _ordinary_rate(f.compute)
+        return Finding("compute", "layer 2 (compute)", f"on {kf} of {kn} ordinary runs (layer 1 fails on every run); "
+                       f"{f.compute.first_failure}")
     return None
 
 
 def both(f: Facts) -> Finding | None:
-    if f.compute.failed and f.comm.failed and _fails_on_ordinary_inputs(f.compute):
+    if f.compute.failed and f.comm.failed and _fails_on_ordinary_inputs(f.compute) and not _comm_leads(f):
         return Finding("communication and compute", "layers 1 and 2",
                        f"{_verdicts(f)}; comm: {_comm_detail(f.comm)}; compute: {f.compute.first_failure}")
     return None
