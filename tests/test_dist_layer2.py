@@ -17,8 +17,9 @@ def run(cls, world=2, **kw):
     return check(CheckTask(f"{PLANTED}:{cls}", **kw), world)
 
 
-def test_deterministic_tail_only_bug_reads_100_percent_on_its_shape_and_0_on_the_others():
-    rep = run("TailOnlyBug", 2, repeat=3, layers=("whole",))
+@pytest.mark.parametrize("world, dtype", [(2, "float32"), (4, "bfloat16")])
+def test_deterministic_tail_only_bug_reads_100_percent_on_its_shape_and_0_on_the_others(world, dtype):
+    rep = run("TailOnlyBug", world, repeat=3, layers=("whole",), dtype=dtype)
     whole = rep.layers["whole"]
     assert whole.status == "FAIL", render(rep)
     rates = whole.shape_rates()
@@ -26,11 +27,11 @@ def test_deterministic_tail_only_bug_reads_100_percent_on_its_shape_and_0_on_the
     assert whole.intermittent_shapes == []
     text = " ".join(render(rep).split())
     assert "shape 1 3/3 (100.0%" in text and "shape 0 0/3 (0%" in text and "overall 3/9 (33.3%" in text, text
-    assert "unit: 1 run = 1 call of fused() on each of 2 rank(s)" in text
+    assert f"unit: 1 run = 1 call of fused() on each of {world} rank(s)" in text
     d = rep.to_dict()
     per = d["layers"]["whole"]["per_shape_rates"]
     assert per["1"]["rate"] == 1.0 and per["0"]["rate"] == 0.0 and per["1"]["ci95_low"] > 0.29
-    assert per["1"]["ranks"] == 2 and per["1"]["calls_per_run"] == 1
+    assert per["1"]["ranks"] == world and per["1"]["calls_per_run"] == 1
     assert d["repeat_stats"]["whole"]["per_shape"]["2"]["failures"] == 0
     assert "unit" in d["layers"]["whole"]["failure_rate"] and "unit" in d["repeat_stats"]["comm"]
     assert not rep.diagnosis.cause.startswith("synchronization")
@@ -46,8 +47,9 @@ def test_correct_kernel_on_the_same_shapes_is_0_percent_everywhere():
     assert comm["calls_per_run"] >= 1 and comm["failure_rate"]["ranks"] == 2
 
 
-def test_never_written_slot_with_changing_garbage_is_layout_not_a_race():
-    rep = run("OffByOneVaryingPoison", 2, repeat=3)
+@pytest.mark.parametrize("world, dtype", [(2, "float32"), (4, "bfloat16"), (4, "float16")])
+def test_never_written_slot_with_changing_garbage_is_layout_not_a_race(world, dtype):
+    rep = run("OffByOneVaryingPoison", world, repeat=3, dtype=dtype)
     comm = rep.layers["comm"]
     assert comm.status == "FAIL" and comm.failed_runs == comm.runs, render(rep)
     assert comm.values_vary_shapes, "the plant must leave different garbage in every repeat"
