@@ -141,3 +141,11 @@ def test_comm_failing_every_run_leads_over_a_compute_failing_a_few():
     # compute failing as often as comm: both
     compute_all = _summary("compute", [(0, r, "", True) for r in range(10)])
     assert diagnose(_facts(comm, compute_all, whole)).cause == "communication and compute"
+
+
+def test_tail_only_compute_bug_is_compute_on_its_shape_only():
+    rep = run("TailOnlyComputeBug", 2, repeat=3)
+    assert rep.diagnosis.cause == "compute", render(rep)
+    rates = rep.layers["compute"].shape_rates()
+    assert rates[1].failures == rates[1].runs and rates[0].failures == 0 and rates[2].failures == 0, render(rep)
+    assert "fails on shape(s) [1] in every run and never on shape(s) [0, 2]" in rep.diagnosis.findings[0].evidence

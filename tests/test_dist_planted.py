@@ -471,3 +471,13 @@ class NaNOptOutB(AllGatherGemm):
 class NaNOptOutUnknown(AllGatherGemm):
     shapes = [{"m": 4, "k": 6, "n": 4}]
     no_nan_inf = ("nope",)
+
+
+class TailOnlyComputeBug(TailOnlyBug):
+    """TailOnlyBug in the compute as well (compute_only shares it): layer 2 fails the non-dividing shape only."""
+
+    def compute_only(self, delivered, inputs):
+        out = super().compute_only(delivered, inputs)
+        if inputs["a"].shape[0] % int(self.tiling["chunks"]):
+            out[-1] = out[-1] * 2
+        return out

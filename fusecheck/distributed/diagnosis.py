@@ -128,7 +128,8 @@ def rank_subset(f: Facts) -> Finding | None:
         else:
             where = ("whole fails on only some ranks in every failing run (rank sets "
                      + ", ".join(str(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "") + ")")
-        return Finding("layout / rank order (rank-dependent)", "communication", f"{where}; {_verdicts(f)}")
+        return Finding("layout / rank order (rank-dependent)", "communication",
+                       f"{where}; {_verdicts(f)}{_shape_split(f.whole)}")
     return None
 
 
@@ -185,7 +186,8 @@ def _shape_split(s: LayerSummary) -> str:
 def compute(f: Facts) -> Finding | None:
     if f.compute.failed and not f.comm.failed:
         extra = _probe_kind(f.compute.variants_failed)
-        return Finding("compute" + extra, "layer 2 (compute)", f"{_verdicts(f)}; {f.compute.first_failure}")
+        return Finding("compute" + extra, "layer 2 (compute)",
+                       f"{_verdicts(f)}{_shape_split(f.compute)}; {f.compute.first_failure}")
     return None
 
 
