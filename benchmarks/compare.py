@@ -30,7 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
-from fusecheck.compare import compare, compiled, cpu_core, triton_core
+from fusecheck.compare import compare
+from fusecheck.compare.cores import c_core, inductor_core, triton_core
 
 
 def naive_metrics(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
@@ -90,9 +91,9 @@ def read_once(res, ref, gold) -> None:
 
 
 # mode -> the switches it sets (the others unset: their defaults)
-_OFF = {compiled.ENV: "0", triton_core.ENV: "0", cpu_core.ENV: "0"}
-MODES = {"auto": {}, "eager": dict(_OFF), "compiled": {**_OFF, compiled.ENV: "1"},
-         "triton": {**_OFF, triton_core.ENV: "1"}, "cpu_core": {**_OFF, cpu_core.ENV: "1"}}
+_OFF = {inductor_core.ENV: "0", triton_core.ENV: "0", c_core.ENV: "0"}
+MODES = {"auto": {}, "eager": dict(_OFF), "compiled": {**_OFF, inductor_core.ENV: "1"},
+         "triton": {**_OFF, triton_core.ENV: "1"}, "cpu_core": {**_OFF, c_core.ENV: "1"}}
 
 
 _SCRATCH = tempfile.TemporaryDirectory(prefix="fusecheck-bench-")  # cold caches, removed at exit
@@ -103,8 +104,8 @@ def set_mode(mode: str) -> None:
         os.environ.pop(name, None)
     os.environ.update(MODES[mode])
     if mode == "cpu_core":  # a cold first call: the C core is built into an empty cache
-        os.environ[cpu_core.CACHE_ENV] = tempfile.mkdtemp(dir=_SCRATCH.name)
-        cpu_core.forget()
+        os.environ[c_core.CACHE_ENV] = tempfile.mkdtemp(dir=_SCRATCH.name)
+        c_core.forget()
 
 
 def main() -> None:

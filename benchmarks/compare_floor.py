@@ -208,7 +208,8 @@ def main() -> None:
                 kern[(progs,)](r, e, g, n, -(-tiles // progs), out, level, block, num_warps=warps)
             row(name, shape, timed(go, args.repeat))
     # the real kernel alone and the whole compare(), same data
-    from fusecheck.compare import _structural_check, compare, triton_core
+    from fusecheck.compare import _structural_check, compare
+    from fusecheck.compare.cores import triton_core
 
     def compare_checks(a, b, c):
         return _structural_check("x", a, b, c)

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
-from fusecheck.compare import fused, triton_core  # noqa: E402
+from fusecheck.compare.cores import torch_core, triton_core  # noqa: E402
 from fusecheck.compare.metrics import octave_base, ulp_format  # noqa: E402
 
 SWEEP = [(32, 1, 4), (32, 1, 6), (32, 1, 8), (32, 1, 12), (64, 2, 2), (64, 2, 4), (128, 4, 1), (128, 4, 2),
@@ -51,7 +51,7 @@ def cuda_or_exit(script: str) -> torch.device:
 def bf16_params(dev: torch.device):
     """The kernels' parameters for a bf16 comparison (fparams, iparams, and their kernel forms)."""
     mant, min_eb = ulp_format(torch.bfloat16)
-    fp, ip = fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
+    fp, ip = torch_core.params(torch.float64, mant=mant, min_eb=min_eb, rtol=5e-3, atol=5e-3, small_threshold=2.0 ** -20,
                           small_atol=5e-3, octave_base=octave_base(2.0 ** -20))
     return fp, ip, triton_core._fconsts(fp, dev), tuple(ip.tolist())
 
@@ -59,7 +59,7 @@ def bf16_params(dev: torch.device):
 def registers() -> str:
     """Registers and spills of the compiled kernels, exact and fast (best effort: Triton's cache layout varies)."""
     try:
-        from fusecheck.compare import triton_fast_kernel, triton_kernels
+        from fusecheck.compare.cores import triton_fast_kernel, triton_kernels
         out = []
         for name, jit in (("exact", triton_kernels.partials_kernel), ("fast", triton_fast_kernel.fast_kernel)):
             seen = {f"{k.n_regs}/{k.n_spills}" for cache in jit.device_caches.values()

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.triton_core import bf16_params, cuda_or_exit, registers, timed  # noqa: E402
-from fusecheck.compare import triton_core  # noqa: E402
+from fusecheck.compare.cores import triton_core  # noqa: E402
 
 GROUPINGS = {"one launch": (((0, 1), (0, 2), (1, 2)),), "r-e, golden pairs": (((0, 1),), ((0, 2), (1, 2))),
              "one pair each": (((0, 1),), ((0, 2),), ((1, 2),))}

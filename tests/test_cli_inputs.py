@@ -170,7 +170,7 @@ def _stub_matrix(monkeypatch):
 
 def _stub_bisect(monkeypatch):
     import fusecheck.bisect.cli
-    from fusecheck.bisect.search import BisectResult
+    from fusecheck.bisect.result import BisectResult
     result = BisectResult("pass", "the target already passes", None, [], 1, 40, {})
     monkeypatch.setattr(fusecheck.bisect.cli, "bisect", lambda *a, **k: result)
 

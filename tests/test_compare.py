@@ -395,12 +395,12 @@ def test_the_finite_and_nan_scans_look_past_the_first_chunk():
 def test_a_pair_asked_twice_is_walked_once_with_the_same_metrics(monkeypatch):
     """compare(x, x, golden) (eager's own error, measured by the decisions' golden passes) asks for
     (x, golden) as vs_golden and as reference_vs_golden: one walk serves both, with the values of two."""
-    from fusecheck.compare import fused
+    from fusecheck.compare import cores
     g = torch.linspace(-2.0, 2.0, 1000, dtype=torch.float64)
     x = (g * (1 + 1e-3 * torch.sin(g * 97))).float()
     walked = []
-    real_walk = fused.walk
-    monkeypatch.setattr(fused, "walk", lambda tensors, pairs, *a: walked.append(pairs) or real_walk(tensors, pairs, *a))
+    real_walk = cores.walk
+    monkeypatch.setattr(cores, "walk", lambda tensors, pairs, *a: walked.append(pairs) or real_walk(tensors, pairs, *a))
     same = compare(x, x, g)
     twin = compare(x, x.clone(), g)
     assert walked[0] == ((0, 0), (0, 1)) and len(walked[1]) == 3

@@ -9,7 +9,8 @@ import warnings
 import pytest
 import torch
 
-from fusecheck.compare import compare, compiled, cpu_core, triton_core
+from fusecheck.compare import compare
+from fusecheck.compare.cores import c_core, inductor_core, triton_core
 from fusecheck.compare.metrics import multi_pair_metrics
 from fusecheck.compare.scale import finite_abs_max
 from fusecheck.compare.verdict import judge
@@ -114,10 +115,10 @@ def test_verdicts_match_the_per_pair_core(dtype):
 def stub_compiled(monkeypatch):
     """The compiled path with a tiny chunk and the eager function standing in for the Inductor kernel
     (optionally corrupted): exercises padding, its correction and the self-check without a compile."""
-    monkeypatch.setenv(compiled.ENV, "1")
-    monkeypatch.setenv(cpu_core.ENV, "0")  # the C core would answer first on CPU
-    monkeypatch.setitem(compiled.CHUNK_ELEMS, "cpu", 64)
-    monkeypatch.setattr(compiled, "_kernels", {})
+    monkeypatch.setenv(inductor_core.ENV, "1")
+    monkeypatch.setenv(c_core.ENV, "0")  # the C core would answer first on CPU
+    monkeypatch.setitem(inductor_core.CHUNK_ELEMS, "cpu", 64)
+    monkeypatch.setattr(inductor_core, "_kernels", {})
 
     def install(corrupt=None):
         def fake_compile(fn, raws, consts, params):
@@ -125,7 +126,7 @@ def stub_compiled(monkeypatch):
                 out = fn(chunk, *consts, *ps)
                 return out if corrupt is None else corrupt(out)
             return kernel
-        monkeypatch.setattr(compiled, "_compile", fake_compile)
+        monkeypatch.setattr(inductor_core, "_compile", fake_compile)
     return install
 
 
@@ -144,7 +145,7 @@ def test_padded_tail_chunks_are_corrected_exactly(stub_compiled, n):
     pairs = _pairs(n)
     want = old.multi_pair_metrics(pairs, **KW)
     got = multi_pair_metrics(pairs, **KW)
-    assert any(k is not None for k in compiled._kernels.values())  # the compiled path did run
+    assert any(k is not None for k in inductor_core._kernels.values())  # the compiled path did run
     for key in pairs:
         _same(want[key].values, got[key].values, f"n={n} {key}")
     assert finite_abs_max([pairs["reference_vs_golden"][0], pairs["vs_golden"][1]]) == max(
@@ -160,13 +161,13 @@ def test_a_miscompiled_kernel_is_caught_and_the_eager_core_answers(stub_compiled
         got = multi_pair_metrics(pairs, **KW)
     for key in pairs:
         _same(want[key].values, got[key].values, key)
-    assert all(k is None for k in compiled._kernels.values())
+    assert all(k is None for k in inductor_core._kernels.values())
 
 
 def test_a_failing_compile_falls_back_to_eager(stub_compiled, monkeypatch):
     def broken(*a):
         raise RuntimeError("no C++ compiler")
-    monkeypatch.setattr(compiled, "_compile", broken)
+    monkeypatch.setattr(inductor_core, "_compile", broken)
     pairs = _pairs()
     with pytest.warns(UserWarning, match="unavailable"):
         got = multi_pair_metrics(pairs, **KW)
@@ -178,10 +179,10 @@ def test_a_failing_compile_falls_back_to_eager(stub_compiled, monkeypatch):
                     reason="compiles with Inductor (~1 min on 2 CPU cores): FUSECHECK_TEST_COMPILED=1, or CUDA")
 @pytest.mark.parametrize("device", ["cuda" if torch.cuda.is_available() else "cpu"])
 def test_the_real_compiled_kernel_matches_the_per_pair_core(device, monkeypatch):
-    monkeypatch.setenv(compiled.ENV, "1")
+    monkeypatch.setenv(inductor_core.ENV, "1")
     monkeypatch.setenv(triton_core.ENV, "0")  # on CUDA the Triton core would answer first
-    monkeypatch.setenv(cpu_core.ENV, "0")
-    n = compiled.chunk_elems(torch.device(device)) + 4097  # one full chunk and a padded tail
+    monkeypatch.setenv(c_core.ENV, "0")
+    n = inductor_core.chunk_elems(torch.device(device)) + 4097  # one full chunk and a padded tail
     gen = torch.Generator().manual_seed(5)
     g, ref, res = _values(n, torch.bfloat16, gen)
     pairs = {k: (a.to(device), b.to(device)) for k, (a, b) in
@@ -192,7 +193,7 @@ def test_the_real_compiled_kernel_matches_the_per_pair_core(device, monkeypatch)
         torch._dynamo.reset()  # run_check does this between phases: the kernel must survive it
         again = multi_pair_metrics(pairs, **KW)
     assert not [w for w in seen if "fusecheck:" in str(w.message)]  # no fallback to eager
-    assert any(k is not None for k in compiled._kernels.values())
+    assert any(k is not None for k in inductor_core._kernels.values())
     want = old.multi_pair_metrics(pairs, **KW)
     for key in pairs:
         _same(want[key].values, got[key].values, key)

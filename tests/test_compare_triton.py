@@ -1,6 +1,6 @@
 """The Triton comparison core (fusecheck/compare/triton_core.py) against the eager core it replaces on CUDA:
 every accumulator of every pair (counts and maxima bit-identical, sums to fp64 rounding) on random tensors
-with NaN/Inf/±0/subnormals/ties, mixed dtypes and tails; its dispatch from fused.walk and scale, and its
+with NaN/Inf/±0/subnormals/ties, mixed dtypes and tails; its dispatch from cores.walk and scale, and its
 fallbacks. On a CUDA machine the real kernel runs; elsewhere Triton's interpreter runs it on CPU tensors
 (slow per tile: tiles are small here). Skipped without Triton (CI)."""
 import math
@@ -24,7 +24,7 @@ try:
     triton = pytest.importorskip("triton")
     INTERPRETER_OK = bool(triton.knobs.runtime.interpret) and not TRITON_WAS_IMPORTED
     if INTERPRETER_OK or CUDA:
-        from fusecheck.compare import triton_kernels  # noqa: E402  (decorated now, for the interpreter on CPU)
+        from fusecheck.compare.cores import triton_kernels  # noqa: E402  (decorated now, for the interpreter on CPU)
 
         @triton.jit
         def _packed_counts_probe(out, high: triton.language.constexpr):
@@ -36,7 +36,8 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _env
 
-from fusecheck.compare import fused, scale, triton_core  # noqa: E402
+from fusecheck.compare import cores, scale  # noqa: E402
+from fusecheck.compare.cores import torch_core, triton_core  # noqa: E402
 from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
 from tests import compare_reference as old  # noqa: E402
 from tests.test_compare_equivalence import _same, _values  # noqa: E402
@@ -62,13 +63,14 @@ def kernel(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
         monkeypatch.setattr(triton_core, "CHECK_ELEMS", 37)
-        monkeypatch.setitem(fused.FAST_CORES, "cpu", fused.FAST_CORES["cuda"])
-        monkeypatch.setitem(scale.FAST_ABS_MAX, "cpu", scale.FAST_ABS_MAX["cuda"])
+        # the Triton core answers for CPU tensors too (under the interpreter), before the C core
+        triton = cores.Core("Triton", triton_core.__name__, frozenset({"cpu", "cuda"}))
+        monkeypatch.setattr(cores, "CORES", (triton, cores.TORCH))
 
 
 def _params(ulp_dtype, thr, atol):
     mant, min_eb = ulp_format(ulp_dtype)
-    return fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=1.6e-2, atol=atol, small_threshold=thr,
+    return torch_core.params(torch.float64, mant=mant, min_eb=min_eb, rtol=1.6e-2, atol=atol, small_threshold=thr,
                         small_atol=atol, octave_base=octave_base(thr))
 
 
@@ -76,7 +78,7 @@ def _check_partials(tensors, pairs, ulp_dtype, thr=2.0 ** -20, atol=1e-5, where=
     tensors = [t.to(DEVICE) for t in tensors]
     fp, ip = _params(ulp_dtype, thr, atol)
     got = triton_core._raw_partials(tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()))
-    want = fused.chunk_partials(tensors, pairs, torch.float64, fp.to(DEVICE), ip.to(DEVICE)).cpu()
+    want = torch_core.chunk_partials(tensors, pairs, torch.float64, fp.to(DEVICE), ip.to(DEVICE)).cpu()
     names = [f"{k}.{i}" if a.size > 1 else k for k, a in ACCUMULATORS.items() for i in range(a.size)]
     sums = triton_core.FLOAT_SUM_COLUMNS
     for p in range(len(pairs)):
@@ -343,17 +345,17 @@ def test_unsupported_inputs_small_tensors_and_explicit_chunks_stay_on_the_eager_
     fp, ip = _params(torch.float32, 0.0, 0.0)
     small = torch.ones(50, device=DEVICE)
     monkeypatch.setattr(triton_core, "MIN_ELEMS", 51)
-    assert triton_core.walk([small, small], ((0, 1),), torch.float64, fp, ip) is None
+    assert triton_core.walk([small, small], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
     assert triton_core.finite_abs_max([small]) is None
     monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)
     ints = torch.arange(10, device=DEVICE)
-    assert triton_core.walk([ints, ints], ((0, 1),), torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk([ints, ints], ((0, 1),), DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     x = torch.ones(10, device=DEVICE)
     four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
-    assert triton_core.walk(*four, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
+    assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     fp, ip = _params(torch.float32, 0.0, 0.0)
     fp[1] = -1.0  # a negative atol
-    assert triton_core.walk([x, x], ((0, 1),), torch.float64, fp, ip) is None
+    assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
     pairs = _three_pairs(20)
     multi_pair_metrics(pairs, **KW, chunk_elems=7)
     assert not triton_core._checked  # an explicit chunk size keeps the eager core (what the equivalence tests use)

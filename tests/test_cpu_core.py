@@ -1,4 +1,4 @@
-"""The C comparison core (fusecheck/compare/cpu_core.*) against the torch core (fused.chunk_partials): every
+"""The C comparison core (fusecheck/compare/cores/c_core.*) against the torch core (torch_core.chunk_partials): every
 accumulator of every pair, counts and maxima bit-identical, sums to fp64 rounding, on NaN/Inf, +-0,
 subnormals, threshold ties, octave edges, overflow, mixed dtypes, block and thread tails, non-contiguous
 tensors. Plus the guards: a miscompiled core is caught by the first-call self-check (a mutant built from
@@ -9,7 +9,8 @@ import warnings
 import pytest
 import torch
 
-from fusecheck.compare import compare, cpu_core, fused
+from fusecheck.compare import compare
+from fusecheck.compare.cores import c_core, torch_core
 from fusecheck.compare.metrics import ACCUMULATORS, octave_base, ulp_format
 from fusecheck.compare.scale import finite_abs_max
 
@@ -21,12 +22,12 @@ COLUMNS = [name for name, acc in ACCUMULATORS.items() for _ in range(acc.size)]
 
 def _params(ulp_dtype=torch.bfloat16, rtol=1.6e-2, atol=1e-5, small_threshold=2.0 ** -20):
     mant, min_eb = ulp_format(ulp_dtype)
-    return fused.params(torch.float64, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
+    return torch_core.params(torch.float64, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
                         small_threshold=small_threshold, small_atol=atol, octave_base=octave_base(small_threshold))
 
 
 def _torch_core(tensors, pairs, params):
-    out = fused.walk(tensors, pairs, CPU, torch.float64, *params, chunk_elems=fused.CPU_CHUNK_ELEMS)
+    out = torch_core.walk(tensors, pairs, CPU, torch.float64, *params, chunk_elems=torch_core.CPU_CHUNK_ELEMS)
     bits = list(ACCUMULATORS).index("bits_equal")
     out[:, bits] = torch.where(out[:, bits] < 0, -1.0, out[:, bits])  # -1 per chunk: the dtypes differ
     return out
@@ -70,7 +71,7 @@ FLOATS = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("n", [1, 2, 1023, 1025, 9001])
 def test_every_accumulator_matches_the_torch_core(dtype, n, monkeypatch):
-    monkeypatch.setattr(cpu_core, "PARALLEL_MIN", 512)  # several threads and pieces on small tensors, with tails
+    monkeypatch.setattr(c_core, "PARALLEL_MIN", 512)  # several threads and pieces on small tensors, with tails
     gen = torch.Generator().manual_seed(n)
     g, ref, res = _wide(n, gen, dtype)
     tensors = [g, ref, res]
@@ -79,10 +80,10 @@ def test_every_accumulator_matches_the_torch_core(dtype, n, monkeypatch):
             t[:n // 2] = torch.nan_to_num(t[:n // 2], nan=0.5, posinf=2.0, neginf=-3.0)
     for params in (_params(dtype), _params(torch.float64, small_threshold=0.0, atol=0.0),
                    _params(torch.float16, rtol=2.0 ** -7, atol=2.0 ** -7, small_threshold=1.0)):
-        _assert_same(cpu_core.walk(tensors, PAIRS, torch.float64, *params),
+        _assert_same(c_core.walk(tensors, PAIRS, CPU, torch.float64, *params),
                      _torch_core(tensors, PAIRS, params), f"{dtype} n={n}")
-    assert cpu_core.finite_abs_max(tensors) == finite_abs_max(tensors, chunk_elems=fused.CPU_CHUNK_ELEMS)
-    assert cpu_core.finite_abs_max([torch.full((n,), math.nan, dtype=dtype)]) == 0.0
+    assert c_core.finite_abs_max(tensors) == finite_abs_max(tensors, chunk_elems=torch_core.CPU_CHUNK_ELEMS)
+    assert c_core.finite_abs_max([torch.full((n,), math.nan, dtype=dtype)]) == 0.0
 
 
 def test_ties_octave_edges_and_overflow_match():
@@ -93,7 +94,7 @@ def test_ties_octave_edges_and_overflow_match():
                       1 + 1e-3, -1e308, 0.0, 1 + 2.0 ** -7], dtype=torch.float64)
     params = _params(torch.bfloat16, rtol=2.0 ** -7, atol=2.0 ** -7, small_threshold=2.0 ** -20)
     tensors = [b, a, a.clone()]
-    _assert_same(cpu_core.walk(tensors, PAIRS, torch.float64, *params), _torch_core(tensors, PAIRS, params))
+    _assert_same(c_core.walk(tensors, PAIRS, CPU, torch.float64, *params), _torch_core(tensors, PAIRS, params))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -101,20 +102,20 @@ def test_every_bit_pattern_of_a_16_bit_float_converts_exactly(dtype):
     x = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
     tensors = [x.double(), x, x.flip(0)]
     params = _params(dtype)
-    fast = cpu_core.walk(tensors, PAIRS, torch.float64, *params)
+    fast = c_core.walk(tensors, PAIRS, CPU, torch.float64, *params)
     _assert_same(fast, _torch_core(tensors, PAIRS, params))
     assert float(fast[2, list(ACCUMULATORS).index("max_abs")]) == 0.0  # x against x.double(): no difference
-    assert cpu_core.finite_abs_max([x]) == float(x[torch.isfinite(x)].abs().max())
+    assert c_core.finite_abs_max([x]) == float(x[torch.isfinite(x)].abs().max())
 
 
 def test_mixed_dtypes_and_non_contiguous_tensors(monkeypatch):
-    monkeypatch.setattr(cpu_core, "NONCONTIGUOUS_CHUNK", 1000)  # several chunks, a short last one
+    monkeypatch.setattr(c_core, "NONCONTIGUOUS_CHUNK", 1000)  # several chunks, a short last one
     gen = torch.Generator().manual_seed(4)
     g, ref, res = _wide(61 * 97, gen, torch.float16)
     tensors = [g.float().view(61, 97).t(), ref.view(61, 97).t(), res.bfloat16().view(61, 97).t()]
     params = _params(torch.float16)
-    _assert_same(cpu_core.walk(tensors, PAIRS, torch.float64, *params), _torch_core(tensors, PAIRS, params))
-    want = fused.walk(tensors, PAIRS, CPU, torch.float64, *params, chunk_elems=64)  # bits_equal: -1 per chunk
+    _assert_same(c_core.walk(tensors, PAIRS, CPU, torch.float64, *params), _torch_core(tensors, PAIRS, params))
+    want = torch_core.walk(tensors, PAIRS, CPU, torch.float64, *params, chunk_elems=64)  # bits_equal: -1 per chunk
     assert (want[:, list(ACCUMULATORS).index("bits_equal")] < 0).all()
     assert finite_abs_max(tensors) == finite_abs_max(tensors, chunk_elems=1000)
 
@@ -123,7 +124,7 @@ def test_compare_gives_the_same_metrics_and_verdict_with_either_core(monkeypatch
     gen = torch.Generator().manual_seed(9)
     g, ref, res = _wide(200_000, gen, torch.bfloat16)
     fast = compare(res, ref, g)
-    monkeypatch.setenv(cpu_core.ENV, "0")
+    monkeypatch.setenv(c_core.ENV, "0")
     slow = compare(res, ref, g)
     assert (fast.verdict.status, fast.verdict.code) == (slow.verdict.status, slow.verdict.code)
     assert fast.applied == slow.applied
@@ -136,42 +137,42 @@ def test_compare_gives_the_same_metrics_and_verdict_with_either_core(monkeypatch
 def test_what_the_c_core_does_not_take_goes_to_the_torch_core(monkeypatch):
     params = _params()
     x = torch.ones(10)
-    assert cpu_core.walk([x.int(), x.int()], ((0, 1),), torch.float64, *params) is None  # integers
-    assert cpu_core.walk([x, x, x, x], ((0, 1), (2, 3)), torch.float64, *params) is None  # four tensors
-    assert cpu_core.walk([x[:0], x[:0]], ((0, 1),), torch.float64, *params) is None  # empty: nothing to reduce
-    monkeypatch.setenv(cpu_core.ENV, "0")
-    assert cpu_core.walk([x, x], ((0, 1),), torch.float64, *params) is None
-    assert cpu_core.finite_abs_max([x]) is None
+    assert c_core.walk([x.int(), x.int()], ((0, 1),), CPU, torch.float64, *params) is None  # integers
+    assert c_core.walk([x, x, x, x], ((0, 1), (2, 3)), CPU, torch.float64, *params) is None  # four tensors
+    assert c_core.walk([x[:0], x[:0]], ((0, 1),), CPU, torch.float64, *params) is None  # empty: nothing to reduce
+    monkeypatch.setenv(c_core.ENV, "0")
+    assert c_core.walk([x, x], ((0, 1),), CPU, torch.float64, *params) is None
+    assert c_core.finite_abs_max([x]) is None
 
 
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
-    """cpu_core with nothing loaded or checked yet, building into an empty cache."""
-    monkeypatch.setenv(cpu_core.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(cpu_core, "_lib", None)
-    monkeypatch.setattr(cpu_core, "_lib_error", None)
-    monkeypatch.setattr(cpu_core, "_checked", {})
+    """c_core with nothing loaded or checked yet, building into an empty cache."""
+    monkeypatch.setenv(c_core.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(c_core, "_lib", None)
+    monkeypatch.setattr(c_core, "_lib_error", None)
+    monkeypatch.setattr(c_core, "_checked", {})
     return tmp_path
 
 
 def _mutant(fresh, monkeypatch, old, new):
-    source = cpu_core.SOURCE.read_text()
+    source = c_core.SOURCE.read_text()
     assert old in source
     mutant = fresh / "mutant.c"
     mutant.write_text(source.replace(old, new))
-    monkeypatch.setattr(cpu_core, "SOURCE", mutant)
+    monkeypatch.setattr(c_core, "SOURCE", mutant)
 
 
 def test_a_miscompiled_core_is_caught_by_the_self_check(fresh, monkeypatch):
     # planted bug: a tie on the mismatch bound counted as a mismatch (>= for >)
     _mutant(fresh, monkeypatch, "d > atol + rtol * babs", "d >= atol + rtol * babs")
-    monkeypatch.setattr(cpu_core, "_self_test", lambda lib: None)  # as if the load-time self-test missed it
+    monkeypatch.setattr(c_core, "_self_test", lambda lib: None)  # as if the load-time self-test missed it
     b = torch.ones(5000, dtype=torch.float64)
     a = (b * (1 + 2.0 ** -6)).bfloat16()  # |a - b| = atol + rtol * |b| exactly
     params = _params(torch.bfloat16, rtol=2.0 ** -7, atol=2.0 ** -7)
     with pytest.warns(UserWarning, match="the C comparison core disagreed"):  # the per-dtype first-chunk check
-        assert cpu_core.walk([b, a], ((1, 0),), torch.float64, *params) is None
-    assert cpu_core.walk([b, a], ((1, 0),), torch.float64, *params) is None  # the torch core, from now on
+        assert c_core.walk([b, a], ((1, 0),), CPU, torch.float64, *params) is None
+    assert c_core.walk([b, a], ((1, 0),), CPU, torch.float64, *params) is None  # the torch core, from now on
     want = _torch_core([b, a], ((1, 0),), params)
     assert float(want[0, list(ACCUMULATORS).index("mismatches")]) == 0.0
 
@@ -179,12 +180,12 @@ def test_a_miscompiled_core_is_caught_by_the_self_check(fresh, monkeypatch):
 def test_the_equivalence_check_would_see_a_wrong_octave(fresh, monkeypatch):
     # planted bug: octaves counted from one below the threshold's exponent; the test helper must see it
     _mutant(fresh, monkeypatch, "int64_t o = log2b - obase;", "int64_t o = log2b - obase + 1;")
-    monkeypatch.setattr(cpu_core, "_agree", lambda fast, torch_core: True)  # as if the first chunk agreed
+    monkeypatch.setattr(c_core, "_agree", lambda fast, reference: True)  # as if the first chunk agreed
     gen = torch.Generator().manual_seed(2)
     g, ref, res = _wide(3000, gen, torch.bfloat16)
     params = _params()
     with pytest.raises(AssertionError, match="octave_n"):
-        _assert_same(cpu_core.walk([g, ref, res], PAIRS, torch.float64, *params),
+        _assert_same(c_core.walk([g, ref, res], PAIRS, CPU, torch.float64, *params),
                      _torch_core([g, ref, res], PAIRS, params))
 
 
@@ -200,36 +201,36 @@ def test_no_compiler_falls_back_with_one_warning(fresh, monkeypatch):
 
 
 def test_the_build_is_cached_on_disk(fresh, monkeypatch):
-    first = cpu_core._build(cpu_core._compiler())
+    first = c_core._build(c_core._compiler())
     assert first.parent == fresh and first.exists()
     stamp = first.stat().st_mtime_ns
     calls = []
-    real_run = cpu_core.subprocess.run
-    monkeypatch.setattr(cpu_core.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real_run(cmd, **kw))
-    assert cpu_core._build(cpu_core._compiler()) == first
+    real_run = c_core.subprocess.run
+    monkeypatch.setattr(c_core.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real_run(cmd, **kw))
+    assert c_core._build(c_core._compiler()) == first
     assert first.stat().st_mtime_ns == stamp and all("--version" in c for c in calls)  # no second compile
 
 
 def test_pieces_cover_the_range_once_and_a_failure_reaches_the_caller(monkeypatch):
     for n in (1, 1023, 1 << 16, (1 << 17) + 1, 10 ** 7 + 3):
-        threads, pieces = cpu_core._pieces(n)
+        threads, pieces = c_core._pieces(n)
         assert pieces[0][0] == 0 and pieces[-1][1] == n and all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
-        assert all(hi - lo <= cpu_core.CALL_ELEMS for lo, hi in pieces) and 1 <= threads <= torch.get_num_threads()
-    monkeypatch.setattr(cpu_core, "PARALLEL_MIN", 1024)
+        assert all(hi - lo <= c_core.CALL_ELEMS for lo, hi in pieces) and 1 <= threads <= torch.get_num_threads()
+    monkeypatch.setattr(c_core, "PARALLEL_MIN", 1024)
 
     def boom(lo, hi):
         if lo > 0:
             raise RuntimeError("planted")
         return hi - lo
     with pytest.raises(RuntimeError, match="planted"):
-        cpu_core._parallel(boom, 100_000)
-    assert sum(cpu_core._parallel(lambda lo, hi: hi - lo, 100_000)) == 100_000
+        c_core._parallel(boom, 100_000)
+    assert sum(c_core._parallel(lambda lo, hi: hi - lo, 100_000)) == 100_000
 
 
 def test_the_load_time_self_test_catches_the_tie_bug_too(fresh, monkeypatch):
     _mutant(fresh, monkeypatch, "d > atol + rtol * babs", "d >= atol + rtol * babs")
     with pytest.warns(UserWarning, match="self-test disagreed"):
-        assert cpu_core.library() is None
+        assert c_core.library() is None
 
 
 def test_a_broken_nan_path_is_caught_before_any_nan_arrives(fresh, monkeypatch):
@@ -239,6 +240,6 @@ def test_a_broken_nan_path_is_caught_before_any_nan_arrives(fresh, monkeypatch):
     x = torch.randn(5000)
     with pytest.warns(UserWarning, match="self-test disagreed"):
         got = compare(x * 1.001, x, x.double())
-    monkeypatch.setenv(cpu_core.ENV, "0")
+    monkeypatch.setenv(c_core.ENV, "0")
     want = compare(x * 1.001, x, x.double())
-    assert got.vs_golden.values == want.vs_golden.values and cpu_core.library() is None
+    assert got.vs_golden.values == want.vs_golden.values and c_core.library() is None

@@ -159,7 +159,7 @@ def test_bisect_tables_fit():
     from fusecheck.bisect.attribution import KernelRow
     from fusecheck.bisect.gates.base import Decision
     from fusecheck.bisect.report import format_result
-    from fusecheck.bisect.search import BisectResult, Culprit
+    from fusecheck.bisect.result import BisectResult, Culprit
     long = "grad.model.model.layers.11.self_attn.q_proj.weight"
     summary = {"rows": {n: {"rmse": 1.2e-3, "eager_rmse": 4e-4, "status": "FAIL"} for n in ("output", long)}}
     decision = Decision("fusion", 3, "fuse buf12+buf13", "fuse buf12 (softmax_default_3) + buf13 (mul_tensor_7)",

@@ -14,7 +14,6 @@ from fusecheck.bisect.backend_bisect import bisect_backend
 from fusecheck.bisect.gates import GATES
 from fusecheck.bisect.report import format_result, write_json
 from fusecheck.bisect.search import bisect
-from fusecheck.bisect_cli import add_arguments  # noqa: F401  (the arguments live where -h needs no torch)
 from fusecheck.case import TargetError, load_target, refuse_meta
 from fusecheck.check import CheckOptions
 from fusecheck.outputs import write_reports

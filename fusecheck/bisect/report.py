@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fusecheck.bisect.search import BisectResult
+from fusecheck.bisect.result import BisectResult
 from fusecheck.report.json_report import write_json as write_report_json
 
 

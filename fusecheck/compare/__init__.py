@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.compare.fused import eager_chunk_elems
+from fusecheck.compare.cores.torch_core import eager_chunk_elems
 from fusecheck.compare.metrics import (METRICS, Metrics, classify_nonfinite, iter_aligned_chunks,
                                        multi_pair_metrics, pair_metrics)
 from fusecheck.compare.scale import Applied, applied_thresholds

@@ -9,7 +9,7 @@ excluded), so Ascend users read familiar numbers.
 The accumulators and the derived metrics are registries (`ACCUMULATORS`, `METRICS`): adding a metric is
 one entry, not a new branch. An accumulator is a per-chunk reduction to a scalar or, for the magnitude
 octaves, to a fixed-size vector (one entry per octave), combined across chunks by sum or max. All of them,
-for all pairs, come from one read of each chunk (`fused.py`, compiled on CUDA by `compiled.py`).
+for all pairs, come from one read of each chunk (a comparison core: `cores/`).
 """
 from __future__ import annotations
 
@@ -17,17 +17,12 @@ import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
-EPS = torch.finfo(torch.float64).eps
-DEFAULT_CHUNK_ELEMS = 1 << 22  # 4 Mi elements: ~32 MiB per fp64 temporary
-# Binary octaves of |expected| above the small-value threshold, for the per-magnitude max relative error
-# (the verdict compares compiled and eager octave by octave: an error is judged against what eager does on
-# values of the same size). 40 octaves cover every default threshold (2^-20) with room; larger values share
-# the top octave.
-OCTAVES = 40
+from fusecheck.compare.accumulators import (  # noqa: F401  (re-exported: the metrics' vocabulary)
+    ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, Accumulator, iter_aligned_chunks)
 
 @functools.lru_cache(maxsize=None)
 def ulp_format(dtype: torch.dtype) -> tuple[int, int]:
@@ -46,50 +41,6 @@ NO_FP64_DEVICE_TYPES = {"mps"}
 
 def accum_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type in NO_FP64_DEVICE_TYPES else torch.float64
-
-
-@dataclass(frozen=True)
-class Accumulator:
-    combine: str  # "sum" or "max" across chunks
-    what: str  # its definition; `fused._pair` computes it
-    size: int = 1  # entries: 1 for a scalar, OCTAVES for a per-octave vector
-
-
-# Per pair (N actual, B expected; "finite": both finite, the other positions left out of the error sums).
-ACCUMULATORS: dict[str, Accumulator] = {
-    "numel": Accumulator("sum", "elements"),
-    "n_finite": Accumulator("sum", "positions where N and B are both finite"),
-    "a_nonfinite": Accumulator("sum", "NaN/Inf in N"),
-    "b_nonfinite": Accumulator("sum", "NaN/Inf in B"),
-    "b_nan": Accumulator("sum", "NaN in B"),
-    "nonfinite_mismatch": Accumulator("sum", "positions whose NaN/+Inf/-Inf class differs"),
-    "sq_err": Accumulator("sum", "sum |N-B|^2 (finite)"),
-    "max_abs": Accumulator("max", "max |N-B| (finite)"),
-    # msprobe's benchmark standard leaves small values out of the relative errors (they are judged by
-    # absolute error, in small_err): |B| near 0 would make RE meaningless
-    "max_rel": Accumulator("max", "max RE = |N-B|/(|B|+eps) over non-small |B|"),
-    "sum_rel": Accumulator("sum", "sum RE over non-small |B|"),
-    "sq_rel": Accumulator("sum", "sum RE^2 over non-small |B|"),
-    "n_big": Accumulator("sum", "finite positions with |B| >= small-value threshold"),
-    "dot": Accumulator("sum", "sum N*B (finite)"),
-    "a_sq": Accumulator("sum", "sum N^2 (finite)"),
-    "b_sq": Accumulator("sum", "sum B^2 (finite)"),
-    "ulp_max": Accumulator("max", "max |N-B| * 2^(mantissa - eb), eb = max(floor(log2|B|), min_eb)"),
-    "ulp_sum": Accumulator("sum", "sum of the ULP distances"),
-    "ulp_gt1": Accumulator("sum", "ULP distance > 1"),
-    "small_n": Accumulator("sum", "finite positions with |B| < small-value threshold"),
-    "small_err": Accumulator("sum", "small |B| with |N-B| > small atol"),
-    "small_max_abs": Accumulator("max", "max |N-B| over small |B|"),
-    "rel_lt_1e-3": Accumulator("sum", "finite with RE < 1e-3"),
-    "rel_lt_5e-3": Accumulator("sum", "finite with RE < 5e-3"),
-    "mismatches": Accumulator("sum", "finite with |N-B| > atol + rtol*|B|, or NaN/Inf class differs"),
-    "bits_equal": Accumulator("sum", "identical bits (same dtype), else -1"),
-    # per octave of |B| (non-small, finite): element count and largest absolute error (within an octave
-    # |B| varies by 2x at most; absolute errors there are identically distributed when they come from a sum)
-    "octave_n": Accumulator("sum", "non-small finite elements per octave floor(log2|B|) - floor(log2 thr)",
-                            OCTAVES),
-    "octave_max_abs": Accumulator("max", "max |N-B| per octave (non-small)", OCTAVES),
-}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -183,21 +134,6 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(int_view[x.element_size()]) if x.is_floating_point() else x
 
 
-def iter_aligned_chunks(tensors: list[torch.Tensor], chunk_elems: int) -> Iterator[list[torch.Tensor]]:
-    """Yield equal-length flat chunks of same-shape tensors without flattening a non-contiguous whole."""
-    numel = tensors[0].numel()
-    if all(t.is_contiguous() for t in tensors) or tensors[0].dim() == 0:
-        flats = [t.reshape(-1) for t in tensors]
-        for start in range(0, numel, chunk_elems):
-            yield [f[start:start + chunk_elems] for f in flats]
-        return
-    rows = tensors[0].shape[0]
-    per_row = max(1, numel // max(rows, 1))
-    step = max(1, chunk_elems // per_row)
-    for start in range(0, rows, step):
-        yield [t[start:start + step].reshape(-1) for t in tensors]
-
-
 def octave_base(small_threshold: float) -> int:
     """Exponent of octave 0: floor(log2(small-value threshold)), -1074 (fp64's least) when it is 0."""
     return math.frexp(small_threshold)[1] - 1 if small_threshold > 0 else -1074
@@ -224,8 +160,10 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
                        rtol: float, atol: float, small_threshold: float, small_atol: float | None = None,
                        chunk_elems: int | None = None) -> dict[str, Metrics]:
     """Metrics for several same-shape pairs in one walk over the data: each chunk of each distinct tensor
-    is read once and reduced to every accumulator of every pair (`fused.py`)."""
-    from fusecheck.compare import fused
+    is read once and reduced to every accumulator of every pair (by the first core of `cores.CORES` that
+    answers)."""
+    from fusecheck.compare import cores
+    from fusecheck.compare.cores.torch_core import params
 
     tensors: list[torch.Tensor] = []
     index: dict[int, int] = {}
@@ -237,14 +175,14 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     device = next(iter(pairs.values()))[0].device
     acc = accum_dtype(device)
     mant, min_eb = ulp_format(ulp_dtype)
-    fparams, iparams = fused.params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
+    fparams, iparams = params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
                                     small_threshold=small_threshold,
                                     small_atol=atol if small_atol is None else small_atol,
                                     octave_base=octave_base(small_threshold))
     order = tuple((index[id(a)], index[id(b)]) for a, b in pairs.values())
     distinct = tuple(dict.fromkeys(order))  # compare(x, x, golden) asks for (x, golden) twice: walk it once
     with torch.no_grad():
-        reduced = fused.walk(tensors, distinct, device, acc, fparams, iparams, chunk_elems)
+        reduced = cores.walk(tensors, distinct, device, acc, fparams, iparams, chunk_elems)
     if reduced is None:  # no elements
         return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
                 for k in pairs}

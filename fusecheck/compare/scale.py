@@ -9,54 +9,10 @@ up they are the policy's. This only ever tightens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
-from fusecheck.compare import compiled, triton_core
-from fusecheck.compare.fused import eager_chunk_elems
-from fusecheck.compare.metrics import iter_aligned_chunks
+from fusecheck.compare.cores import finite_abs_max
 from fusecheck.policy import Policy, Tolerance
-
-
-def _chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
-    """Largest finite |x| of each raw chunk, in its own dtype (exact: a maximum rounds nothing)."""
-    return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
-
-
-def _cpu_abs_max(tensors: list[torch.Tensor]) -> float | None:
-    from fusecheck.compare import cpu_core
-    return cpu_core.finite_abs_max(tensors)
-
-
-# device type -> a hand-written finite_abs_max, or None where it does not apply (as fused.FAST_CORES)
-FAST_ABS_MAX: dict[str, Callable] = {"cpu": _cpu_abs_max, "cuda": triton_core.finite_abs_max}
-
-
-def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
-    """Largest |x| over the finite elements of same-shape floating tensors, in one walk over their chunks
-    (compiled with the comparison core where that is enabled; 0.0 when there is none)."""
-    device = tensors[0].device
-    if chunk_elems is None and device.type in FAST_ABS_MAX:
-        quick = FAST_ABS_MAX[device.type](tensors)
-        if quick is not None:
-            return quick
-    fast = (chunk_elems is None and compiled.enabled(device) and tensors[0].numel() >= compiled.chunk_elems(device)
-            and not torch.compiler.is_compiling())
-    size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
-    best = None
-    with torch.no_grad():
-        for chunk in iter_aligned_chunks(tensors, size):
-            raws = [c.to(device) for c in chunk]
-            if not raws[0].numel():
-                continue
-            out, n = None, raws[0].numel()
-            if fast and n <= size:  # zero padding adds nothing to a maximum of |x|
-                out = compiled.call(_chunk_abs_max, raws if n == size else compiled.padded(raws, size))
-            if out is None:
-                out = _chunk_abs_max(raws)
-            best = out if best is None else torch.maximum(best, out)
-    return 0.0 if best is None else float(best.max())
 
 
 @dataclass(frozen=True)

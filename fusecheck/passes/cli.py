@@ -8,7 +8,6 @@ import torch
 from tabulate import tabulate
 
 from fusecheck.outputs import write_reports
-from fusecheck.toggles_cli import add_arguments  # noqa: F401  (the arguments live where -h needs no torch)
 
 from .catalog import TOGGLES
 from .errors import ToggleUnsupported

@@ -27,7 +27,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.execute import module_tensors
-from fusecheck.streamed.guard import Guard, StreamedLeak, internal
+from fusecheck.streamed.guard import Guard, StreamedLeak
+from fusecheck.streamed.internal import internal
 from fusecheck.streamed.plan import BlockPlan
 from fusecheck.streamed.upcast import upcast, upcast_tensor
 

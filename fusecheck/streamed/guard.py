@@ -25,7 +25,6 @@ copies) run under `internal()`.
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any, Callable, Iterator
 
 import torch
@@ -34,6 +33,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fusecheck.golden import COMPLEX_OF
+from fusecheck.streamed.internal import internal, is_internal
 
 
 class StreamedLeak(RuntimeError):
@@ -42,25 +42,6 @@ class StreamedLeak(RuntimeError):
     def __init__(self, message: str, names: tuple[str, ...] = ()):
         super().__init__(message)
         self.names = names
-
-
-_tls = threading.local()
-
-
-@contextlib.contextmanager
-def internal() -> Iterator[None]:
-    """fusecheck's own access to originals (making their copies): not the model's, neither answered nor
-    watched."""
-    _tls.depth = getattr(_tls, "depth", 0) + 1
-    try:
-        with torch._C.DisableTorchFunctionSubclass():
-            yield
-    finally:
-        _tls.depth -= 1
-
-
-def _is_internal() -> bool:
-    return getattr(_tls, "depth", 0) > 0
 
 
 # reads that are the same for an original and its whole-copy counterpart: answered by the original itself
@@ -206,7 +187,7 @@ class Guard(contextlib.AbstractContextManager):
         return self._classes[cls]
 
     def _torch_function(self, func, args, kwargs):
-        if _is_internal():
+        if is_internal():
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         name, kind = _name(func)
@@ -264,7 +245,7 @@ class _Watch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not _is_internal() and not isinstance(func, HigherOrderOperator):
+        if not is_internal() and not isinstance(func, HigherOrderOperator):
             originals = self.guard.originals
             for x in (*args, *kwargs.values()):
                 hit = None

@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 
 from fusecheck.golden import COMPLEX_OF
-from fusecheck.streamed.guard import internal
+from fusecheck.streamed.internal import internal
 
 
 def upcast_tensor(t: torch.Tensor, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:

@@ -1,7 +1,7 @@
-"""The CPU comparison core: `fused.chunk_partials`' accumulators for every pair from one read, in C.
+"""The C core, on CPU: `torch_core.chunk_partials`' accumulators for every pair from one read, in C.
 
 Why C and not numba or Inductor: the torch core is ~250 vectorised passes per chunk (15x assert_close at
-1.6e7 elements on 2 cores) and Inductor's compile of it costs ~50 s. `cpu_core.c` is one vectorised loop
+1.6e7 elements on 2 cores) and Inductor's compile of it costs ~50 s. `c_core.c` is one vectorised loop
 per block of 1024 elements (every pair's sums, counts and maxima in registers; a scalar loop for the octave
 histogram), built at first use by the system C compiler (the one Inductor on CPU needs anyway) in < 1 s and
 cached on disk by a hash of source, flags, compiler and CPU. No new dependency (numba would add llvmlite and
@@ -36,15 +36,16 @@ from pathlib import Path
 
 import torch
 
-from fusecheck.compare.metrics import ACCUMULATORS, iter_aligned_chunks
+from fusecheck.compare.accumulators import ACCUMULATORS, iter_aligned_chunks
+from fusecheck.compare.cores import torch_core
 
 ENV = "FUSECHECK_CPU_CORE"  # "0": off (the torch core); on by default
 CACHE_ENV = "FUSECHECK_CACHE_DIR"
-SOURCE = Path(__file__).with_name("cpu_core.c")
+SOURCE = Path(__file__).with_name("c_core.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp-simd", "-fno-trapping-math", "-shared", "-fPIC"]
 PORTABLE_FLAGS = [f for f in FLAGS if f != "-march=native"]  # a compiler without -march=native
 KINDS = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
-# The C row's slots, in cpu_core.c's `enum slot` order; `numel` is added here, `bits_equal` is -1 across
+# The C row's slots, in c_core.c's `enum slot` order; `numel` is added here, `bits_equal` is -1 across
 # dtypes. An accumulator missing here turns the core off (the torch core answers), never a wrong row.
 SLOTS = ("n_finite", "a_nonfinite", "b_nonfinite", "b_nan", "nonfinite_mismatch", "sq_err", "max_abs",
          "max_rel", "sum_rel", "sq_rel", "n_big", "dot", "a_sq", "b_sq", "ulp_max", "ulp_sum", "ulp_gt1",
@@ -95,7 +96,7 @@ def _build(cc: list[str]) -> Path:
     source = SOURCE.read_bytes()
     parts = [source, " ".join(FLAGS).encode(), " ".join(cc).encode(), version.encode(), _cpu_id().encode()]
     key = hashlib.sha256(b"\0".join(parts))
-    target = cache_dir() / f"cpu_core-{key.hexdigest()[:20]}.so"
+    target = cache_dir() / f"c_core-{key.hexdigest()[:20]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +126,7 @@ def _load() -> ctypes.CDLL:
     sizes = {name: (octaves if name.startswith("octave_") else 1) for name in SLOTS}
     if lib.fc_n_slots() != sum(sizes.values()) or any(sizes.get(n) != a.size for n, a in ACCUMULATORS.items()
                                                        if n != "numel"):
-        raise RuntimeError("cpu_core.c's slots do not match metrics.ACCUMULATORS")
+        raise RuntimeError("c_core.c's slots do not match accumulators.ACCUMULATORS")
     _self_test(lib)
     return lib
 
@@ -134,7 +135,6 @@ def _self_test(lib: ctypes.CDLL) -> None:
     """Every path of the library against the torch core once, on fixed data with NaN, +-Inf, +-0,
     subnormals, exact threshold ties and an all-finite stretch: a user's first chunk (the per-dtype check in
     `walk`) may hold no NaN at all, and a miscompiled NaN path must not wait for one to show."""
-    from fusecheck.compare import fused
 
     gen = torch.Generator().manual_seed(0)
     scale = torch.exp2(torch.randint(-30, 10, (4096,), generator=gen).double())
@@ -149,12 +149,12 @@ def _self_test(lib: ctypes.CDLL) -> None:
     for start in (100, 2100):  # in the all-finite half and in the other
         for i, (expected, actual) in enumerate(ties):
             g[start + i], r[start + i] = expected, actual
-    fparams, iparams = fused.params(torch.float64, mant=7, min_eb=-126, rtol=2.0 ** -7, atol=2.0 ** -7,
+    fparams, iparams = torch_core.params(torch.float64, mant=7, min_eb=-126, rtol=2.0 ** -7, atol=2.0 ** -7,
                                     small_threshold=2.0 ** -20, small_atol=2.0 ** -7, octave_base=-20)
     pairs = ((2, 1), (2, 0), (1, 0))
     for eager, result in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float16)):
         tensors = [g, g.to(eager), r.to(result)]
-        want = fused.chunk_partials(tensors, pairs, torch.float64, fparams, iparams)
+        want = torch_core.chunk_partials(tensors, pairs, torch.float64, fparams, iparams)
         if not _agree(_rows(lib, tensors, pairs, fparams, iparams), want):
             raise RuntimeError(f"its self-test disagreed with the torch core ({result}, {eager}, float64)")
 
@@ -286,14 +286,14 @@ def _rows(lib, tensors, pairs, fparams, iparams) -> torch.Tensor:
     return out
 
 
-def _agree(fast: torch.Tensor, torch_core: torch.Tensor) -> bool:
-    return bool(torch.allclose(fast, torch_core, rtol=SUM_TOL, atol=0.0, equal_nan=True))
+def _agree(fast: torch.Tensor, reference: torch.Tensor) -> bool:
+    return bool(torch.allclose(fast, reference, rtol=SUM_TOL, atol=0.0, equal_nan=True))
 
 
-def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: torch.dtype,
-         fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
-    """`fused.walk`'s [pairs, entries] for CPU tensors of fp64/fp32/fp16/bf16 (None: use the torch core)."""
-    from fusecheck.compare import fused
+def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
+         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
+    """The cores' protocol (cores/__init__.py): [pairs, entries] for CPU tensors of fp64/fp32/fp16/bf16
+    (None: another core answers)."""
 
     if acc != torch.float64 or not tensors[0].numel() or not _usable(tensors):
         return None
@@ -303,7 +303,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: t
     key = (tuple(t.dtype for t in tensors), pairs)
     if key not in _checked:
         head = [c.contiguous() for c in next(iter_aligned_chunks(tensors, CHECK_ELEMS))]
-        want = fused.chunk_partials(head, pairs, acc, fparams, iparams)
+        want = torch_core.chunk_partials(head, pairs, acc, fparams, iparams)
         _checked[key] = _agree(_rows(lib, head, pairs, fparams, iparams), want)
         if not _checked[key]:
             warnings.warn("fusecheck: the C comparison core disagreed with the torch core; using the torch core")
@@ -313,7 +313,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: t
 
 
 def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:
-    """Largest finite |x| over same-shape CPU tensors (`scale.finite_abs_max`); None: use the torch path."""
+    """The cores' protocol: largest finite |x| over same-shape CPU tensors; None: another core answers."""
     if not _usable(tensors):
         return None
     lib = library()

@@ -1,13 +1,14 @@
-"""One read per chunk: every accumulator of every pair from one load of result, eager and golden.
+"""The torch core: every accumulator of every pair from one load of result, eager and golden, as plain torch.
+The reference every other core is checked against, and the one that always answers.
 
 Why: the pairs (compiled-eager, compiled-golden, eager-golden) share their tensors, and every accumulator
 is a reduction over the same elements, so a chunk is loaded (and upcast) once and reduced to all of them.
 `chunk_partials` is that reduction written as plain torch. Eager it is ~80 vectorised passes per pair over a
-cache-sized chunk. Compiled by Inductor (`compiled.py`) the element-wise work and the reductions of a pair
+cache-sized chunk. Compiled by Inductor (`inductor_core.py`) the element-wise work and the reductions of a pair
 fuse into one loop (C++ on CPU, Triton on GPU) that keeps nothing per element in memory; only the
 per-octave maxima stay separate scatter kernels (Inductor lowers no scatter-amax).
 
-Exactly the definitions listed in `metrics.ACCUMULATORS` (emitted in the registry's order: a missing
+Exactly the definitions listed in `accumulators.ACCUMULATORS` (emitted in the registry's order: a missing
 entry is a KeyError), held to the per-pair walk it replaced by tests/test_compare_equivalence.py: every
 per-element quantity is computed the same way, so counts and maxima are bit-identical and sums differ by
 fp64 rounding order only. Exponents are read from the fp64 bits (torch.frexp fails to compile in
@@ -21,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from fusecheck.compare import compiled, triton_core
-from fusecheck.compare.metrics import ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, iter_aligned_chunks
+from fusecheck.compare.accumulators import (ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, SUM_COLUMNS,
+                                            iter_aligned_chunks)
 
 # float dtype -> (same-width int, mantissa bits, exponent bias)
 _BITS = {torch.float64: (torch.int64, 52, 1023), torch.float32: (torch.int32, 23, 127)}
@@ -162,9 +163,6 @@ def eager_chunk_elems(device: torch.device) -> int:
     return CPU_CHUNK_ELEMS if device.type == "cpu" else DEFAULT_CHUNK_ELEMS
 
 
-SUM_COLUMNS = torch.tensor([a.combine == "sum" for a in ACCUMULATORS.values() for _ in range(a.size)])
-
-
 @functools.lru_cache(maxsize=64)
 def _zero_partials(dtypes: tuple[torch.dtype, ...], pairs, acc, fvalues: tuple, ivalues: tuple) -> torch.Tensor:
     """Partials of one zero element, on the CPU (no device launches, no sync)."""
@@ -181,47 +179,52 @@ def pad_correction(raws: list[torch.Tensor], pairs, acc, fparams, iparams, pad: 
     return torch.where(SUM_COLUMNS & (one >= 0), one * pad, 0.0).to(raws[0].device, non_blocking=True)
 
 
-def _cpu_core(tensors, pairs, acc, fparams, iparams):
-    from fusecheck.compare import cpu_core
-    return cpu_core.walk(tensors, pairs, acc, fparams, iparams)
+Partials = Callable[[list[torch.Tensor]], torch.Tensor]
 
 
-# device type -> a hand-written core with `walk`'s result, or None where it does not apply (dtype, build)
-FAST_CORES: dict[str, Callable] = {"cpu": _cpu_core, "cuda": triton_core.walk}
-
-
-def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
-         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
-         chunk_elems: int | None = None) -> torch.Tensor | None:
-    """[pairs, entries] over all chunks, reduced on the device (None when there are no elements). A fast
-    core (`FAST_CORES`) answers first, then large tensors go through the compiled kernel where enabled; an
-    explicit `chunk_elems` keeps the eager core."""
-    if chunk_elems is None and device.type in FAST_CORES:
-        out = FAST_CORES[device.type](tensors, pairs, acc, fparams, iparams)
-        if out is not None:
-            return out
-    fast = (chunk_elems is None and compiled.enabled(device) and acc == torch.float64
-            and tensors[0].numel() >= compiled.chunk_elems(device) and not torch.compiler.is_compiling())
-    host = (fparams, iparams)  # thresholds as given (CPU), for the padding correction
-    fparams, iparams = fparams.to(device), iparams.to(device)
-    size = compiled.chunk_elems(device) if fast else (chunk_elems or eager_chunk_elems(device))
+def reduce_chunks(tensors: list[torch.Tensor], device: torch.device, size: int, partials: Partials
+                  ) -> torch.Tensor | None:
+    """[pairs, entries] over all chunks of `size` elements, each chunk moved to `device` and reduced by
+    `partials` (this core's, or the Inductor core's compiled one); None when there are no elements."""
     sums, maxes = None, None
     for chunk in iter_aligned_chunks(tensors, size):
         raws = [c.to(device) for c in chunk]
-        n = raws[0].numel()
-        if n == 0:
+        if raws[0].numel() == 0:
             continue
-        out = None
-        if fast and n == size:
-            out = compiled.call(chunk_partials, raws, (pairs, acc), (fparams, iparams))
-        elif fast and n < size:
-            out = compiled.call(chunk_partials, compiled.padded(raws, size), (pairs, acc), (fparams, iparams))
-            if out is not None:
-                out = out - pad_correction(raws, pairs, acc, *host, size - n)
-        if out is None:
-            out = chunk_partials(raws, pairs, acc, fparams, iparams)
+        out = partials(raws)
         sums = out if sums is None else sums + out
         maxes = out if maxes is None else torch.maximum(maxes, out)
     if sums is None:
         return None
     return torch.where(SUM_COLUMNS.to(sums.device), sums, maxes)
+
+
+def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
+         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
+         chunk_elems: int | None = None) -> torch.Tensor | None:
+    """The cores' protocol (cores/__init__.py): [pairs, entries], None only when there are no elements."""
+    fparams, iparams = fparams.to(device), iparams.to(device)
+    return reduce_chunks(tensors, device, chunk_elems or eager_chunk_elems(device),
+                         lambda raws: chunk_partials(raws, pairs, acc, fparams, iparams))
+
+
+def chunk_abs_max(raws: list[torch.Tensor]) -> torch.Tensor:
+    """Largest finite |x| of each raw chunk, in its own dtype (exact: a maximum rounds nothing)."""
+    return torch.stack([torch.where(torch.isfinite(r), r.abs(), 0).amax().to(torch.float64) for r in raws])
+
+
+def abs_max_chunks(tensors: list[torch.Tensor], size: int, per_chunk: Partials) -> float:
+    """Largest finite |x| over chunks of `size` elements, each reduced by `per_chunk` (0.0 if none)."""
+    device, best = tensors[0].device, None
+    with torch.no_grad():
+        for chunk in iter_aligned_chunks(tensors, size):
+            raws = [c.to(device) for c in chunk]
+            if raws[0].numel():
+                out = per_chunk(raws)
+                best = out if best is None else torch.maximum(best, out)
+    return 0.0 if best is None else float(best.max())
+
+
+def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
+    """The cores' protocol: largest |x| over the finite elements of same-shape floating tensors."""
+    return abs_max_chunks(tensors, chunk_elems or eager_chunk_elems(tensors[0].device), chunk_abs_max)

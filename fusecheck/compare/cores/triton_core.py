@@ -1,10 +1,10 @@
 """The one-pass comparison core as one hand-written Triton kernel (CUDA; Triton's interpreter on CPU in tests).
 
-Why: Inductor lowers `fused.chunk_partials` to one loop per pair plus aten scatters for the per-octave
+Why: Inductor lowers `torch_core.chunk_partials` to one loop per pair plus aten scatters for the per-octave
 maxima (10 GB/s on the H200). Here one grid of programs reads result, eager and golden once, upcasts them in
 registers and keeps every accumulator of every pair as a per-lane register vector (the loop reduces one
 flag per tile, nothing else); each program writes its partials and a small torch reduction over programs
-finishes. Definitions are `fused._pair`'s, element by element, in the same fp64 arithmetic (correctly
+finishes. Definitions are `torch_core._pair`'s, element by element, in the same fp64 arithmetic (correctly
 rounded division, no FMA contraction), so counts and maxima are bit-identical and sums differ by summation
 order only (tests/test_compare_triton.py).
 
@@ -18,7 +18,7 @@ That exact kernel takes only the tiles holding a NaN/Inf and the tail: every fin
 pass (`triton_fast_kernel.py`, its docstring says why it is exact), which lists the others for it. The two
 launches' per-program partials are reduced together. `FUSECHECK_TRITON_FAST=0` runs the exact kernel alone.
 
-Used by `fused.walk` on CUDA (`fused.FAST_CORES`) for fp16/bf16/fp32/fp64 tensors; anything else, a
+Registered in `cores.CORES` for CUDA for fp16/bf16/fp32/fp64 tensors; anything else, a
 missing Triton, a failing compile or a first call that disagrees with the eager core (checked once per
 variant on the data's prefix and on fixed data with every special value) falls back to the eager core with
 one warning: never a false PASS. Tensors under MIN_ELEMS stay on the eager core.
@@ -33,7 +33,9 @@ import warnings
 
 import torch
 
-from fusecheck.compare.metrics import ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, iter_aligned_chunks
+from fusecheck.compare.accumulators import (ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, SUM_COLUMNS,
+                                            iter_aligned_chunks)
+from fusecheck.compare.cores import torch_core
 
 OCT_BINS = 64  # a power of two >= OCTAVES (tl.histogram, tl.gather)
 EXACT_LOG_BELOW = -1022  # an octave base below the normal range needs exact exponents of subnormals
@@ -100,13 +102,13 @@ def available() -> bool:
 def _kernels():
     """The jit functions (imported on first use: Triton is optional, and its interpreter is chosen when they
     are decorated, from TRITON_INTERPRET)."""
-    from fusecheck.compare import triton_kernels
+    from fusecheck.compare.cores import triton_kernels
 
     return triton_kernels.partials_kernel, triton_kernels.abs_max_kernel
 
 
 def _fast_kernel():
-    from fusecheck.compare import triton_fast_kernel
+    from fusecheck.compare.cores import triton_fast_kernel
 
     return triton_fast_kernel.fast_kernel
 
@@ -318,10 +320,9 @@ def _specimen(raws: list[torch.Tensor], small_threshold: float) -> list[torch.Te
 
 
 def _agrees(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
-    from fusecheck.compare import fused
 
     got = _raw_partials(raws, pairs, fconsts, ints)
-    want = fused.chunk_partials(raws, pairs, torch.float64, fparams.to(raws[0].device),
+    want = torch_core.chunk_partials(raws, pairs, torch.float64, fparams.to(raws[0].device),
                                 iparams.to(raws[0].device)).cpu()
     exact = (got == want) | (got.isnan() & want.isnan())
     close = torch.isclose(got, want, rtol=SUM_RTOL, atol=0.0, equal_nan=True)
@@ -336,13 +337,12 @@ def _column(name: str) -> int:
     return names.index(name)
 
 
-def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: torch.dtype,
-         fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
-    """`fused.walk` through the kernel: [pairs, entries] (on the CPU: reduced on the device, then one transfer
-    per chunk), or None where the eager core must answer (unsupported dtypes, no Triton, a variant that
-    failed). The device is the first pair's A side's (as multi_pair_metrics'). On-device contiguous tensors go
-    in one launch; others in DEFAULT_CHUNK_ELEMS chunks moved to it (memory bounded by the chunk)."""
-    device = tensors[pairs[0][0]].device
+def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
+         acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
+    """The cores' protocol (cores/__init__.py) through the kernel: [pairs, entries] (on the CPU: reduced on
+    the device, then one transfer per chunk), or None where another core must answer (unsupported dtypes, no
+    Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
+    DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk)."""
     if (tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
             or min(fparams.tolist()) < 0):
         return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
@@ -354,7 +354,6 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], acc: t
     whole = all(t.device == device and t.is_contiguous() for t in tensors)
     size = tensors[0].numel() if whole else DEFAULT_CHUNK_ELEMS
     fconsts = _fconsts(fparams, device)
-    from fusecheck.compare.fused import SUM_COLUMNS
     sums, maxes = None, None
     try:
         for chunk in iter_aligned_chunks(tensors, size):

@@ -23,7 +23,7 @@ launches cover each tile once, and their per-program partials are reduced togeth
 import triton
 import triton.language as tl
 
-from fusecheck.compare.triton_kernels import _b_side, _bits, _load, _octave_records, _pick, _store_pair, _two
+from fusecheck.compare.cores.triton_kernels import _b_side, _bits, _load, _octave_records, _pick, _store_pair, _two
 
 INF = tl.constexpr(float("inf"))
 

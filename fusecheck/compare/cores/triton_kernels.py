@@ -32,7 +32,7 @@ def _bits(x):
 
 @triton.jit
 def _floor_log2(x):
-    """floor(log2 x) for finite x >= 0 as int32, 0 -> -1 (fused._floor_log2)."""
+    """floor(log2 x) for finite x >= 0 as int32, 0 -> -1 (torch_core._floor_log2)."""
     sub = x < 2.2250738585072014e-308  # fp64 tiny: subnormals are lifted by 2^64 first (exact)
     s = tl.where(sub, x * 18446744073709551616.0, x)
     e = ((s.to(tl.int64, bitcast=True) >> 52) & 2047).to(tl.int32) - 1023
@@ -42,7 +42,7 @@ def _floor_log2(x):
 
 @triton.jit
 def _pow2(n):
-    """2.0**n exactly for int32 n >= -1022, inf above 1023 (fused._pow2)."""
+    """2.0**n exactly for int32 n >= -1022, inf above 1023 (torch_core._pow2)."""
     field = (tl.minimum(n, 1023) + 1023).to(tl.int64) << 52
     return tl.where(n > 1023, INF, field.to(tl.float64, bitcast=True))
 
@@ -97,7 +97,7 @@ def _tensor_side(v):
 @triton.jit
 def _b_side(u, fin, rtol, atol, thr, eps, mant, min_eb, obase, OCT: tl.constexpr, EXACT_LOG: tl.constexpr):
     """What depends on the expected side B alone, shared by the pairs that judge against it. From |B| as
-    loaded: on the positions where both sides are finite it is fused._pair's masked |B|; elsewhere each
+    loaded: on the positions where both sides are finite it is torch_core._pair's masked |B|; elsewhere each
     use is masked by the pair (or meets a zero difference)."""
     babs = tl.abs(u)
     if EXACT_LOG:  # octaves reach below the normal range (small-value threshold 0 or subnormal)
@@ -115,7 +115,7 @@ def _b_side(u, fin, rtol, atol, thr, eps, mant, min_eb, obase, OCT: tl.constexpr
 
 @triton.jit
 def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_atol, c3, c5, SAME: tl.constexpr):
-    """One tile of one pair (fused._pair, element by element) added to its per-lane accumulators. Counts
+    """One tile of one pair (torch_core._pair, element by element) added to its per-lane accumulators. Counts
     that imply a non-zero difference need no finite mask (the difference is 0 off the finite positions)."""
     scale, octave, small_b, big_b, tol, den = bside
     finite = fa & fb & valid
