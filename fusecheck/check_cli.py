@@ -5,10 +5,9 @@ Nothing heavy is imported at the top: `fusecheck check -h` must not load torch.
 from __future__ import annotations
 
 import argparse
-import re
 import time
-from pathlib import Path
-from typing import Callable
+
+from fusecheck.report.on_error import error_reports_for, target_id  # noqa: F401  (target_id: the suite name)
 
 # One dtype vocabulary for every command; the long spellings are accepted and mapped to these.
 DTYPE_CHOICES = ("fp32", "bf16", "fp16")
@@ -70,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="FILE",
                    help="a report JSON of known failures: only new failures fail the gate")
     add_scale_arguments(p)
-    from fusecheck.op.cli import add_repeat_arguments
+    from fusecheck.repeats import add_repeat_arguments
     add_repeat_arguments(p, 1)
     for action in p._actions:  # the shared help speaks of op's dtypes and shapes; a check is one target
         if action.dest == "repeat":
@@ -98,41 +97,6 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tf32", action="store_true",
                    help="keep this process's TF32 settings on CUDA (default: fp32 runs without TF32, so that "
                         "eager and compiled are compared at full fp32)")
-
-
-def target_id(target: str | None) -> str:
-    """A name for the target that does not depend on how the run ended: `models/mlp.py:build` -> `mlp.build`.
-    JUnit suite names use it so that CI history follows one target across pass, fail, error and timeout."""
-    if not target:
-        return "default"
-    where, _, attr = target.rpartition(":")
-    stem = Path(where).stem if where.endswith(".py") else where
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{stem}.{attr}" if where else target).strip("_") or "target"
-
-
-def _error_reports(args: argparse.Namespace, started: float) -> Callable[[str, int], None]:
-    """Writers of --json/--junit/--html for a run that ends without a verdict, so CI finds a report either
-    way (never over the baseline itself: it would lose the known failures)."""
-    same_as_baseline = bool(args.json_path and args.baseline
-                            and Path(args.json_path).resolve() == Path(args.baseline).resolve())
-
-    def write(message: str, exit_code: int) -> None:
-        import sys
-
-        from fusecheck.outputs import ReportWriteError, write_reports
-        from fusecheck.report.html import write_html
-        from fusecheck.report.json_report import write_json
-        from fusecheck.report.junit import write_junit_error
-        data = {"case": args.target or "default", "status": "ERROR", "exit_code": exit_code, "error": message}
-        try:
-            write_reports([
-                ("--json", not same_as_baseline and args.json_path, lambda: write_json(data, args.json_path)),
-                ("--junit", args.junit, lambda: write_junit_error(target_id(args.target), message, args.junit,
-                                                                  seconds=time.monotonic() - started)),
-                ("--html", args.html, lambda: write_html("check", data, args.html))])
-        except ReportWriteError as exc:  # said here; the run's own error is what ends it
-            print(f"fusecheck: error: {exc}", file=sys.stderr)
-    return write
 
 
 def _junit_repeats(path: str, repeats: dict | None) -> None:
@@ -183,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.check import run_check
     from fusecheck.op.repeated import run_repeats
 
-    error_reports = _error_reports(args, started)
+    error_reports = error_reports_for(args, started)
     try:
         with on_timeout(lambda message: error_reports(message, 3)):
             policy = Policy.load(args.policy)

@@ -1,20 +1,13 @@
 """`fusecheck dist`'s arguments, without torch: `fusecheck dist -h` (and `python -m fusecheck.distributed -h`)
-answer at once; `run` imports the checker (fusecheck/distributed/cli.py) only when a check runs."""
+answer at once; `run` imports the checker (fusecheck/distributed/cli.py) only when a check runs, and the
+checker imports nothing from here (`python -m fusecheck.distributed` is fusecheck/distributed/entry.py)."""
 from __future__ import annotations
 
 import argparse
 
 from fusecheck.cli import seed
 
-# fusecheck.distributed.task.LAYERS (a test holds the two equal): importing it imports torch
-LAYERS = ("comm", "compute", "whole")
-DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
-          "fp16": "float16", "float16": "float16", "half": "float16", "fp64": "float64", "float64": "float64"}
-# runs per shape: a race fails some runs or changes layer 1's bits between runs, a layout bug fails all of them
-# the same way. The planted races measured (docs/benchmarks.md; also 14-40 of 40 runs on other machines)
-# fail at least 35 % of runs: with 10 runs a race at 35 % looks constant with probability
-# 0.35**10 + 0.65**10 < 1.4 %, and 10 repeats of the default small shapes take about a second at 2 ranks.
-DEFAULT_REPEAT = 10
+from fusecheck.distributed.options import DEFAULT_REPEAT, DTYPES, LAYERS  # noqa: F401  (LAYERS: tests)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

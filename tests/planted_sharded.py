@@ -71,3 +71,8 @@ second_call_race = _every_rank_on_call(2, _perturb)    # wrong on every second c
 crash_on_rank1 = _on_rank1(_crash)
 die_on_rank1 = _on_rank1(_die)
 hang_on_rank1 = _on_rank1(_hang)
+
+
+def raises_when_built():
+    """A target whose builder raises on every rank alike: one error line, one ERROR report."""
+    raise RuntimeError("this target cannot be built")

@@ -48,11 +48,11 @@ def test_the_same_verdicts_in_one_process_on_two_ranks_and_in_the_bisect_objecti
     single = run_check(load_target(target), opts)
     trial = run_trial(load_target(target), opts, {})
     proc = _sharded(target, backend, options, tmp_path / "r.json")
+    assert proc.returncode == {"PASS": 0, "FAIL": 1}[expected], proc.stdout + proc.stderr
     data = json.loads((tmp_path / "r.json").read_text())
 
     assert single.status == expected, single.notes
     assert trial.report is not None and trial.report.status == expected
-    assert proc.returncode == {"PASS": 0, "FAIL": 1}[expected], proc.stdout + proc.stderr
     assert data["status"] == expected and data["exit_code"] == single.exit_code
     rows = _statuses(single.rows)
     assert _statuses(trial.report.rows) == rows  # the objective is the check itself

@@ -191,7 +191,7 @@ def test_every_command_whose_report_cannot_be_written_is_exit_3_in_one_line(comm
 
 
 def test_the_dist_module_entry_too(monkeypatch, capsys):
-    from fusecheck.distributed.cli import main as dist_main
+    from fusecheck.distributed.entry import main as dist_main
     path = _full_disk(monkeypatch, "--json")
     code = dist_main(["kernels/ag_gemm.py:AllGatherGemm", "--repeat", "1", "--layers", "comm", "--json", path])
     out, err = capsys.readouterr()

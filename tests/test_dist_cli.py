@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.distributed.cli import main
+from fusecheck.distributed.entry import main
 
 ROOT = Path(__file__).resolve().parents[1]
 AG = "kernels/ag_gemm.py:AllGatherGemm"
@@ -180,7 +180,7 @@ def test_help_describes_repeat_and_the_module_entry_has_a_time_limit(capsys):
 def argparse_main(argv):
     import argparse
 
-    from fusecheck.distributed.cli import add_arguments
+    from fusecheck.dist_cli import add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     parser.add_argument("--time-limit")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fusecheck.distributed.cli import main
+from fusecheck.distributed.entry import main
 from fusecheck.distributed.report import render
 from fusecheck.distributed.runner import check
 from fusecheck.distributed.stats import wilson_interval

@@ -125,7 +125,7 @@ def test_an_unknown_opt_out_name_is_a_spec_error_exit_2(tmp_path, capsys):
     from fusecheck.distributed.spec import SpecError
     with pytest.raises(SpecError, match=r"no_nan_inf names \['nope'\]"):
         run("NaNOptOutUnknown", 2, repeat=1)
-    from fusecheck.distributed.cli import main
+    from fusecheck.distributed.entry import main
     assert main([f"{PLANTED}:NaNOptOutUnknown", "--world-size", "2"]) == 2
     assert "no_nan_inf names ['nope']" in capsys.readouterr().err
 

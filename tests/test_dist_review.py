@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from fusecheck.distributed import stress, workspace
-from fusecheck.distributed.cli import main
+from fusecheck.distributed.entry import main
 from fusecheck.distributed.diagnosis import Facts, diagnose
 from fusecheck.distributed.pool import RankPool
 from fusecheck.distributed.report import render

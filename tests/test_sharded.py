@@ -98,10 +98,23 @@ def test_a_compiled_block_wrong_on_rank_1_only_fails_naming_rank_1_under_torchru
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_is_named_and_no_rank_is_left():
-    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:die_on_rank1")
+def test_a_rank_that_dies_is_named_and_no_rank_is_left(tmp_path):
+    proc = sharded("models/wide_blocks.py:build", "--backend", f"{PLANTED}:die_on_rank1",
+                   "--json", str(tmp_path / "r.json"))
     assert proc.returncode == 3
     assert "CRASH: rank 1: rank 1 died (exit code 11) in phase 'compiled" in proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())  # no verdict, yet CI finds a report
+    assert data["status"] == "ERROR" and data["exit_code"] == 3 and "rank 1 died" in data["error"]
+
+
+@pytest.mark.slow
+def test_an_error_on_every_rank_is_one_line_and_an_error_report(tmp_path):
+    proc = sharded(f"{PLANTED}:raises_when_built", "--json", str(tmp_path / "r.json"))
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fusecheck: error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "cannot be built" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["status"] == "ERROR" and data["exit_code"] == 2 and "cannot be built" in data["error"]
 
 
 @pytest.mark.slow

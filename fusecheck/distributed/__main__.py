@@ -1,6 +1,6 @@
 """`python -m fusecheck.distributed ...` (also under torchrun: uses RANK/WORLD_SIZE and torchrun's process group)."""
 import sys
 
-from fusecheck.distributed.cli import main
+from fusecheck.distributed.entry import main
 
 sys.exit(main())

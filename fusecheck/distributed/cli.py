@@ -12,9 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from fusecheck.dist_cli import DEFAULT_REPEAT, DTYPES, LAYERS, add_arguments  # noqa: F401  (-h: no torch)
-
-DEFAULT_TIME_LIMIT_S = 3600.0
+from fusecheck.distributed.options import DTYPES, LAYERS
 
 
 @dataclass
@@ -158,28 +156,3 @@ def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
             return 3
     from fusecheck.distributed.report import finish
     return finish(planned, reports, args)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m fusecheck.distributed` (also the torchrun entry): the same options as `fusecheck dist`."""
-    from fusecheck.watchdog import Watchdog
-    parser = argparse.ArgumentParser(prog="python -m fusecheck.distributed", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
-                        help="wall-clock bound on the whole command; on expiry exit 3 naming the phase "
-                             "(default: %(default)s; 0 = none)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return 2 if exc.code else 0
-    from fusecheck.outputs import ReportWriteError
-    if not 0 <= args.time_limit < math.inf:
-        print(f"fusecheck dist: error: --time-limit must be a finite number >= 0, not {args.time_limit}",
-              file=sys.stderr)
-        return 2
-    with Watchdog(args.time_limit, "dist"):
-        try:
-            return run(args)
-        except ReportWriteError as exc:
-            print(f"fusecheck dist: error: {exc}", file=sys.stderr)
-            return 3

@@ -9,7 +9,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from fusecheck.rates import runs_for_bound
+from fusecheck.repeats import add_repeat_arguments, repeats
 
 DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
                "float16": "fp16", "half": "fp16"}
@@ -23,46 +23,6 @@ def dtype_list(text: str) -> list[str]:
     if bad or not names:
         raise argparse.ArgumentTypeError(f"{text!r}: dtypes are a comma-separated list of fp32, bf16, fp16")
     return list(dict.fromkeys(DTYPE_NAMES[t] for t in names))
-
-
-def rate(text: str) -> float:
-    try:
-        value = float(text)
-        runs_for_bound(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: a failure rate strictly between 0 and 1 (0.05 = 5%)") from None
-    return value
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number of runs >= 1")
-    return value
-
-
-def add_repeat_arguments(p: argparse.ArgumentParser, default: int) -> None:
-    """--repeat / --rate-bound, shared by `op` and `check` (and later `dist`)."""
-    p.add_argument("--repeat", type=positive, default=None, metavar="N",
-                   help=f"runs per dtype and shape, each judged, with fresh inputs (seed + i); the report gives the "
-                        f"failure rate with a Wilson 95%% bound (default: {default})")
-    p.add_argument("--rate-bound", type=rate, default=None, metavar="P",
-                   help="run as often as a clean pass needs to bound the failure rate below P (0.05: 73 runs); "
-                        "with --repeat the larger count is used")
-
-
-def repeats(args: argparse.Namespace, default: int) -> tuple[int, str | None]:
-    """The runs to make and a note on how they were chosen (None when --repeat alone chose them)."""
-    given = args.repeat
-    if args.rate_bound is None:
-        return (given or default), None
-    needed = runs_for_bound(args.rate_bound)
-    n = max(needed, given or 0)
-    return n, (f"--rate-bound {args.rate_bound:g}: {n} runs ({needed} clean runs put the Wilson 95% upper bound "
-               f"below {args.rate_bound:g})")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,7 +68,7 @@ def write_page(data: dict, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusecheck.check_cli import target_id
+    from fusecheck.report.on_error import target_id
     from fusecheck.op.report import format_op_report
     from fusecheck.op.run import check_op
     from fusecheck.op.spec import KernelError, SpecError, load_spec, spec_folder_on_path

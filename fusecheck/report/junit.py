@@ -52,7 +52,7 @@ def _write(root: ET.Element, path: str | Path) -> None:
 
 def write_junit(report, path: str | Path, known: set[str] | frozenset[str] = frozenset(),
                 suite: str | None = None, seconds: float | None = None) -> None:
-    """`suite`: the stable target name (check_cli.target_id); default the report's case name."""
+    """`suite`: the stable target name (report/on_error.target_id); default the report's case name."""
     from fusecheck.compare import Status
 
     rows = report.rows

@@ -13,6 +13,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -73,6 +74,8 @@ def launch(args: argparse.Namespace) -> int:
     from fusecheck.sharded.ranks import DIR_ENV, name_culprits, read_statuses
     from fusecheck.watchdog import phase
 
+    from fusecheck.report.on_error import error_reports_for
+    started = time.monotonic()
     refuse_unsupported(args)
     _target_file_exists(args.target)
 
@@ -104,11 +107,15 @@ def launch(args: argparse.Namespace) -> int:
         statuses = read_statuses(folder, args.nproc)
     codes = {s.get("exit_code") for s in statuses.values()}
     if not exit_codes and all(s.get("ended") and "exit_code" in s for s in statuses.values()) and len(codes) == 1:
-        return codes.pop()
+        return codes.pop()  # a verdict: rank 0 wrote the reports
     errors = {(s.get("error") or {}).get("message") for s in statuses.values()}
     if all(s.get("error") and not s.get("secondary") for s in statuses.values()) and len(errors) == 1:
-        return 2 if all(s.get("usage") for s in statuses.values()) else 3  # every rank said it already
+        code = 2 if all(s.get("usage") for s in statuses.values()) else 3  # rank 0 said it already
+        error_reports_for(args, started)(str(errors.pop()), code)
+        return code
     kind, ranks, detail = name_culprits(statuses, exit_codes)
     who = "rank" if len(ranks) == 1 else "ranks"
-    print(f"fusecheck: error: {kind}: {who} {', '.join(map(str, ranks))}: {detail}", file=sys.stderr, flush=True)
+    message = f"{kind}: {who} {', '.join(map(str, ranks))}: {detail}"
+    print(f"fusecheck: error: {message}", file=sys.stderr, flush=True)
+    error_reports_for(args, started)(message, 3)  # no verdict, yet CI finds a report
     return 3

@@ -114,6 +114,9 @@ def main() -> int:
         args = pickle.load(f)
     if os.environ.get("RANK", "0") != "0":
         args.quiet = True  # one progress line, rank 0's
+        if os.environ.get(DIR_ENV):  # under --nproc: one error line, rank 0's (the launcher names a lone culprit
+            # from the ranks' status files); this rank's stderr is kept beside them
+            sys.stderr = open(os.path.join(os.environ[DIR_ENV], f"rank{os.environ['RANK']}.stderr"), "w")
     return run_command(types.SimpleNamespace(run=run_rank), args)
 
 

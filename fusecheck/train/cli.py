@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from fusecheck.case import load_target, refuse_meta
-    from fusecheck.check_cli import target_id
+    from fusecheck.report.on_error import target_id
     from fusecheck.cli import usage_errors
     from fusecheck.outputs import ReportWriteError
     from fusecheck.policy import Policy
