@@ -10,6 +10,7 @@ import argparse
 import importlib
 import math
 import multiprocessing
+import signal
 import sys
 import traceback
 
@@ -144,6 +145,7 @@ def run_command(module, args: argparse.Namespace) -> int:
             with Watchdog(args.time_limit, command):
                 return module.run(args)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         _stop_children()
         print(f"\nfusecheck: interrupted; `fusecheck {command}` stopped, no verdict", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -185,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # while torch was being imported
         print("\nfusecheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return run_command(module, args)
+    try:
+        return run_command(module, args)
+    except KeyboardInterrupt:  # one that escaped a clean-up (a handler, a context's exit): still exit 130
+        print("\nfusecheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -197,24 +197,3 @@ def test_eager_octaves_under_two_goldens_take_the_worse_of_both():
     merged = _octaves_of_both(own, other)
     assert merged.rmse == 1.0
     assert merged.octaves() == {3: (10, 0.4), 5: (4, 0.2)}
-
-
-def test_sharded_check_says_it_does_not_follow_decisions():
-    """The sharded check's streamed golden does not line decisions up: a graph with one says so in a note,
-    a graph without one adds nothing."""
-    import torch.fx
-    from fusecheck.capture import GraphCapture
-    from fusecheck.sharded.check import _unfollowed_decisions
-
-    def routed(x):
-        return torch.topk(x, 2).indices.sum() + torch.relu(x).sum()
-
-    def plain(x):
-        return (x * 2).sum()
-    x = torch.randn(4, 8)
-    with_decisions, without = GraphCapture(lambda gm, ex: gm), GraphCapture(lambda gm, ex: gm)
-    with_decisions(torch.fx.symbolic_trace(routed), [x])
-    without(torch.fx.symbolic_trace(plain), [x])
-    (note,) = _unfollowed_decisions(with_decisions)
-    assert "2 discrete decision(s)" in note and "topk" in note and "relu" in note
-    assert _unfollowed_decisions(without) == []

@@ -123,7 +123,8 @@ def test_cli_exit_codes(target, tmp_path, capsys):
 def test_toggles_listing(capsys):
     import argparse
 
-    from fusecheck.passes import TOGGLES, cli
+    from fusecheck import toggles_cli as cli
+    from fusecheck.passes import TOGGLES
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)
