@@ -207,3 +207,26 @@ def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_ru
     assert code == 2 and [r["status"] for r in data["summary"]] == ["ERROR", "PASS"], data["summary"]
     assert "raised KeyError" in data["summary"][0]["cause"]
     assert "fusecheck dist summary: ERROR (exit 2), 2 spec(s)" in capsys.readouterr().out
+
+
+def test_a_spec_imports_the_module_beside_it_without_pythonpath(tmp_path):
+    """A spec file next to its kernel module (`from my_kernel import ...`) runs from any folder, with no
+    PYTHONPATH, as a script beside its module would: the ranks see the spec's folder too."""
+    (tmp_path / "my_kernel.py").write_text(
+        "import torch\n\ndef scale(x):\n    return x * 2\n")
+    (tmp_path / "spec.py").write_text(
+        "from kernels.ar_rmsnorm import AllReduceRMSNorm\n"
+        "from my_kernel import scale\n\n"
+        "class Spec(AllReduceRMSNorm):\n"
+        "    shapes = [{'t': 4, 'h': 8}]\n\n"
+        "    def fused(self, inputs, group):\n"
+        "        return scale(super().fused(inputs, group)) / 2\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # the repository's kernels/ is a neighbour too (a link beside the spec), not on PYTHONPATH
+    (tmp_path / "kernels").symlink_to(ROOT / "kernels")
+    out = tmp_path / "d.json"
+    proc = subprocess.run([sys.executable, "-m", "fusecheck", "dist", str(tmp_path / "spec.py") + ":Spec",
+                           "--world-size", "2", "--repeat", "1", "--json", str(out), "-q"],
+                          cwd="/", env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(out.read_text())["status"] == "PASS"
