@@ -7,15 +7,14 @@ from __future__ import annotations
 import argparse
 import time
 
+from fusecheck import dtypes
 from fusecheck.report.on_error import error_reports_for, target_id  # noqa: F401  (target_id: the suite name)
 
-# One dtype vocabulary for every command; the long spellings are accepted and mapped to these.
-DTYPE_CHOICES = ("fp32", "bf16", "fp16")
-DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float64": "fp64"}
+DTYPE_CHOICES = dtypes.RUN_DTYPES  # the long spellings are accepted and mapped to these (fusecheck/dtypes.py)
 
 
 def dtype_name(text: str) -> str:
-    return DTYPE_ALIASES.get(text, text)
+    return dtypes.short_name(text) or text
 
 
 def add_dtype_argument(p: argparse.ArgumentParser, choices: tuple[str, ...] = DTYPE_CHOICES,

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from fusecheck import dtypes
 from fusecheck.case import TargetError
 
 
@@ -48,15 +49,10 @@ def resolve_device(name: str) -> Device:
     return dev
 
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp64": torch.float64, "float64": torch.float64,
-}
-
-
 def resolve_dtype(name: str | None) -> torch.dtype | None:
+    """A dtype name in the one vocabulary (fusecheck/dtypes.py) -> torch's dtype."""
     if name is None:
         return None
-    if name not in DTYPES:
-        raise TargetError(f"unknown dtype {name!r}; known: fp32, fp16, bf16")
-    return DTYPES[name]
+    if dtypes.short_name(name) is None:
+        raise TargetError(f"unknown dtype {name!r}; known: {dtypes.known()}")
+    return dtypes.torch_dtype(name)

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import torch
 
-
-from fusecheck.errors import PolicyError  # noqa: E402,F401
+from fusecheck import dtypes
+from fusecheck.errors import PolicyError  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -268,12 +268,8 @@ def _relaxation(key: str, old: Any, new: Any, reason: str, loosens: bool, source
     return Relaxation(key, old, new, reason, loosens)
 
 
-_ALIASES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "half": "float16",
-            "bf16": "bfloat16", "float": "float32", "double": "float64"}
-
-
 def canonical_dtype_name(name: str, source: str = "policy") -> str:
-    name = _ALIASES.get(name, name)
+    name = dtypes.long_name(name) or name
     if name not in DEFAULT_TOLERANCES:
         raise PolicyError(f"{source}: unknown floating dtype {name!r}; known: {sorted(DEFAULT_TOLERANCES)}")
     return name

@@ -9,20 +9,19 @@ import sys
 import time
 from types import SimpleNamespace
 
+from fusecheck import dtypes
 from fusecheck.repeats import add_repeat_arguments, repeats
 
-DTYPE_NAMES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
-               "float16": "fp16", "half": "fp16"}
 DEFAULT_REPEAT = 10  # as `dist`: enough to tell a frequent race from a constant bug; --rate-bound for a bound
 
 
 def dtype_list(text: str) -> list[str]:
     """--dtype fp32,bf16,fp16 -> ["fp32", "bf16", "fp16"] (long spellings accepted, duplicates dropped)."""
     names = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in names if t not in DTYPE_NAMES]
+    bad = [t for t in names if dtypes.short_name(t) not in dtypes.RUN_DTYPES]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: dtypes are a comma-separated list of fp32, bf16, fp16")
-    return list(dict.fromkeys(DTYPE_NAMES[t] for t in names))
+        raise argparse.ArgumentTypeError(f"{text!r}: dtypes are a comma-separated list of {dtypes.known()}")
+    return list(dict.fromkeys(dtypes.short_name(t) for t in names))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
