@@ -7,36 +7,19 @@ unsupported torch raises ToggleUnsupported instead of silently doing nothing.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
-from unittest import mock
+from typing import Any
 
 import torch
 
 from . import graph_kinds as gk
+from .appliers import always, config_patch, low_precision, needs, training
 from .compat import require_attr, require_config, require_module, require_own
-from .fallbacks import deliberate_fallbacks
+from .fallbacks import decomposition_table
 from .hooks import fusion_veto, inline_veto, ir_kind, node_traits
 from .toggle import Toggle
 
 
-def _config(name: str, **keys: Any) -> Callable[[contextlib.ExitStack], None]:
-    def apply(stack: contextlib.ExitStack) -> None:
-        from torch._inductor import config
-
-        stack.enter_context(config.patch(require_config(keys, name)))
-
-    return apply
-
-
-def _needs(kind: str, reason: str, minimum: int = 1) -> Callable[[torch.fx.GraphModule], bool | str]:
-    def applies_to(gm: torch.fx.GraphModule) -> bool | str:
-        return gk.graph_kind_counts(gm)[kind] >= minimum or reason
-
-    return applies_to
-
-
-def _always(gm: torch.fx.GraphModule) -> bool | str:
-    return True
+_config, _needs, _always = config_patch, needs, always
 
 
 def _has_users_of(node: torch.fx.Node, tag: Any) -> bool:
@@ -152,24 +135,6 @@ def _minimal_decomps() -> dict[Any, Any]:
     return keep
 
 
-@contextlib.contextmanager
-def _decomposition_table(module: Any, table: dict[Any, Any]) -> Iterator[None]:
-    """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time).
-
-    Ops that are no longer decomposed reach lowering and get implicit fallbacks, made deliberately
-    (``passes.fallbacks``: the registries they write are restored on exit). ``make_fallback`` on torch 2.11
-    reads ``lowering.decompositions`` instead of ``get_decomp_fn``: that global is swapped too.
-    """
-    from torch._inductor import lowering
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.multiple(module, decompositions=table, fast_random_decomps=lambda: table))
-        if getattr(lowering, "decompositions", None) is not None:
-            stack.enter_context(mock.patch.object(lowering, "decompositions", table))
-        stack.enter_context(deliberate_fallbacks())
-        yield
-
-
 def _apply_decompositions(stack: contextlib.ExitStack) -> None:
     name = "decompositions"
     module = require_module("torch._inductor.decomposition", name)
@@ -177,7 +142,7 @@ def _apply_decompositions(stack: contextlib.ExitStack) -> None:
         require_attr("torch._inductor.decomposition", attr, name)
     require_attr("torch._inductor.lowering", "lowerings", name)
     require_attr("torch._inductor.graph", "make_fallback", name)
-    stack.enter_context(_decomposition_table(module, _minimal_decomps()))
+    stack.enter_context(decomposition_table(module, _minimal_decomps()))
 
 
 def _decomposable(gm: torch.fx.GraphModule) -> bool | str:
@@ -230,14 +195,7 @@ def _apply_no_recompute(stack: contextlib.ExitStack) -> None:
     stack.enter_context(config.patch(patch))
 
 
-def _training(gm: torch.fx.GraphModule) -> bool | str:
-    return gk.requires_grad(gm) or "not applicable: inference graph (no backward to partition)"
-
-
-def _low_precision(gm: torch.fx.GraphModule) -> bool | str:
-    return bool(gk.float_dtypes(gm) & {torch.float16, torch.bfloat16}) or (
-        "not applicable: no fp16/bf16 tensors in the graph"
-    )
+_training, _low_precision = training, low_precision
 
 
 def _split_candidates(gm: torch.fx.GraphModule) -> bool | str:
@@ -269,7 +227,8 @@ _ENTRIES = [
     ),
     Toggle(
         "fusion.template",
-        "no epilogue/prologue fusion into matmul/conv templates (autotuned templates on for both sides)",
+        "turns max-autotune templates ON and forbids only their epilogue/prologue fusion (compare with the "
+        "max_autotune row); for no templates at all use templates.off",
         "max_autotune + epilogue_fusion=False, prologue_fusion=False + veto template pairs; reference row "
         "is max_autotune",
         _apply_template,
@@ -338,4 +297,9 @@ _ENTRIES = [
     ),
 ]
 
-TOGGLES: dict[str, Toggle] = {t.name: t for t in _ENTRIES}
+# Inductor's own numerics knobs, templates.off and upstream modes live in their own modules (one job each).
+from .numerics import ENTRIES as _NUMERICS  # noqa: E402
+from .templates import TEMPLATES_OFF  # noqa: E402
+from .upstream import ENTRIES as _UPSTREAM  # noqa: E402
+
+TOGGLES: dict[str, Toggle] = {t.name: t for t in [*_ENTRIES, TEMPLATES_OFF, *_NUMERICS, *_UPSTREAM]}

@@ -49,3 +49,21 @@ def deliberate_fallbacks(deliberate: Callable[[Any], bool] = lambda op: True) ->
             else:
                 for item in before:
                     live.add(item)
+
+
+@contextlib.contextmanager
+def decomposition_table(module: Any, table: dict[Any, Any]) -> Iterator[None]:
+    """Swap the tables that ``select_decomp_table`` reads (module globals, looked up at call time).
+
+    Ops that are no longer decomposed reach lowering and get implicit fallbacks, made deliberately
+    (``passes.fallbacks``: the registries they write are restored on exit). ``make_fallback`` on torch 2.11
+    reads ``lowering.decompositions`` instead of ``get_decomp_fn``: that global is swapped too.
+    """
+    from torch._inductor import lowering
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.multiple(module, decompositions=table, fast_random_decomps=lambda: table))
+        if getattr(lowering, "decompositions", None) is not None:
+            stack.enter_context(mock.patch.object(lowering, "decompositions", table))
+        stack.enter_context(deliberate_fallbacks())
+        yield

@@ -27,13 +27,17 @@ class Toggle:
     implies: tuple[str, ...] = ()
     # Acts on the backward graph only (the partitioner): not applicable to an inference run.
     training_only: bool = False
+    # What the compiler promises under this toggle beyond "not worse than eager" (passes/promises.py names);
+    # the matrix checks each promise on the toggle's row.
+    promises: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Raise ToggleUnsupported if the installed torch cannot apply this toggle (touches nothing)."""
         self.apply(_DryStack())  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "doc": self.doc, "how": self.how, "reference": list(self.reference)}
+        return {"name": self.name, "doc": self.doc, "how": self.how, "reference": list(self.reference),
+                "promises": list(self.promises), "training_only": self.training_only}
 
 
 class _DryStack:
