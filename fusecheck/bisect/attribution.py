@@ -8,6 +8,12 @@ reading its own inputs) and run three ways on the same inputs: compiled by Induc
 kernels), eagerly in the run dtype (the reference) and eagerly in fp64 (the golden). A failure is one
 line per graph, never an internal repr. The core `compare` gives the verdict per kernel output, so kernels worse than eager are
 named directly, on CPU as on GPU (no Triton-only intermediate hooks needed).
+
+Extern kernels (`extern_kernels.mm`) are judged too: a lossy graph rewrite often lands in one. The fp64 golden
+widens every floating cast (`convert_element_type(x, bf16)` computes in fp64), as the model's golden does, so a
+cast a pass inserted shows its rounding instead of `0`. A kernel can only be judged against the graph as it was
+lowered: a culprit that rewrote the graph (a pass) is in that graph, so `mark_culprits` names the kernels that
+hold each culprit's FX nodes; the bisection has already measured the culprit's effect on the outputs.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ class KernelRow:
     eager_rmse: float
     ratio: float | None
     note: str = ""
+    culprit: str = ""   # "1": this kernel holds FX nodes of culprit 1 (mark_culprits)
 
     @property
     def worse(self) -> bool:
@@ -108,12 +115,43 @@ class _Recorder(fx.Interpreter):
 
 
 def _kernels(census: Any, graph: int) -> list[tuple[str, list[str]]]:
-    out = []
-    for kid in census.kernels:
-        d = census.graph.nodes[kid]
-        if d["graph"] == graph and not d["extern"]:
-            out.append((d["name"], census.fx_nodes_of(kid)))
+    """Every kernel of the graph with its FX nodes, extern calls (`extern_kernels.mm`) included."""
+    return [(census.graph.nodes[kid]["name"], census.fx_nodes_of(kid)) for kid in census.kernels
+            if census.graph.nodes[kid]["graph"] == graph]
+
+
+_CASTS = {"convert_element_type": 1}   # op name -> position of its dtype argument
+
+
+def widened(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy whose floating casts produce fp64: the golden of a cut-out piece keeps fp64 through a cast that
+    a compiler (or a user's pass) inserted, as the model's golden does."""
+    import copy
+    out = copy.deepcopy(gm)
+    for n in out.graph.nodes:
+        pos = _CASTS.get(getattr(getattr(n.target, "_schema", None), "name", "").split("::")[-1])
+        if pos is not None and len(n.args) > pos and isinstance(n.args[pos], torch.dtype) \
+                and n.args[pos].is_floating_point:
+            n.args = (*n.args[:pos], torch.float64, *n.args[pos + 1:])
+        if n.kwargs.get("dtype") is not None and isinstance(n.kwargs["dtype"], torch.dtype) \
+                and n.kwargs["dtype"].is_floating_point:
+            n.kwargs = {**n.kwargs, "dtype": torch.float64}
+    out.recompile()
     return out
+
+
+def mark_culprits(rows: list[KernelRow], culprits: list[Any]) -> list[KernelRow]:
+    """Mark each row whose kernel holds FX nodes of a culprit (same graph), culprit rows first: the table then
+    names the kernel a culprit landed in (a lossy `mm` a user pass wrote), even where that kernel, judged
+    against the rewritten graph, matches it."""
+    for i, c in enumerate(culprits):
+        d = getattr(c, "decision", c)
+        nodes = set(d.fx_nodes or ())
+        for r in rows:
+            if r.graph == (d.graph or 0) and nodes & set(r.fx_nodes):
+                r.culprit = ",".join(x for x in (r.culprit, str(i + 1)) if x)
+    rows.sort(key=lambda r: not r.culprit)
+    return rows
 
 
 def one_line(exc: BaseException) -> str:
@@ -187,16 +225,19 @@ def attribute(cap: Captured, census: Any, policy: Any, *,
         try:
             with torch.no_grad():
                 got_all = compile_fx(sub, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])(*args)
-                gold_all = sub(*cast_tree(args, torch.float64))
+                gold_all = widened(sub)(*cast_tree(args, torch.float64))
         except Exception as exc:  # never leak internals: one line per graph
             notes.append(f"graph {g}: kernels not attributed ({one_line(exc)})")
             continue
         for (kernel, fx_names, name), got, gold in zip(meta, got_all, gold_all):
             ref = rec.values[name]
+            note = "kernels re-compiled together from their FX subgraphs"
+            if isinstance(got, torch.Tensor) and got.dtype != ref.dtype and got.is_floating_point():
+                note += f"; compiled returned {got.dtype} (a pass rewrote the piece again), judged as {ref.dtype}"
+                got = got.to(ref.dtype)
             c = compare(got, ref, gold.to(ref.dtype) if gold.dtype != torch.float64 else gold,
                         policy=policy, name=name)
             rows.append(KernelRow(g, kernel, fx_names, name, c.verdict.status.value, c.verdict.code,
                                   getattr(c.vs_golden, "rmse", float("nan")),
-                                  getattr(c.reference_vs_golden, "rmse", float("nan")), c.error_ratio,
-                                  "kernels re-compiled together from their FX subgraphs"))
+                                  getattr(c.reference_vs_golden, "rmse", float("nan")), c.error_ratio, note))
     return rows, notes, done

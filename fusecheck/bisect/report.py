@@ -43,11 +43,15 @@ def format_result(result: BisectResult) -> str:
             if c.alternatives:
                 lines += _wrap(f"culprit {i + 1}: also fixed it (not chosen): " + "; ".join(c.alternatives), "")
     if result.kernels:
-        rows = [[k.graph, k.kernel, _short(k.fx_nodes, 4), k.output, k.status, f"{k.rmse:.3g}",
-                 f"{k.eager_rmse:.3g}", f"{k.ratio:.3g}" if k.ratio is not None else "-"] for k in result.kernels]
+        rows = [[getattr(k, "culprit", "") or "-", k.graph, k.kernel, _short(k.fx_nodes, 4), k.output, k.status,
+                 f"{k.rmse:.3g}", f"{k.eager_rmse:.3g}", f"{k.ratio:.3g}" if k.ratio is not None else "-"]
+                for k in result.kernels]
         lines.append("per-kernel attribution (kernel outputs vs its FX subgraph, eager dtype and fp64):")
-        lines.append(render_table(["graph", "kernel", "FX nodes", "output", "verdict", "rmse", "eager\nrmse",
-                                   "ratio"], rows, width=WIDTH, wrap={2: 20, 3: 20, 1: 20}))
+        lines.append(render_table(["culprit", "graph", "kernel", "FX nodes", "output", "verdict", "rmse",
+                                   "eager\nrmse", "ratio"], rows, width=WIDTH, wrap={3: 20, 4: 20, 2: 20}))
+        if any(getattr(k, "culprit", "") for k in result.kernels):
+            lines += _wrap("culprit N: the kernel holds FX nodes of culprit N (judged against the graph as "
+                           "rewritten, it may match it: the culprit's effect is in its row above)", "")
     return "\n".join(lines)
 
 

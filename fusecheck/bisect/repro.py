@@ -1,11 +1,16 @@
 """`--repro out.py`: a standalone, torch-only script that rebuilds the failing subgraph with its inputs, runs
 it eagerly, compiled (the backend, culprit on) and in fp64, and prints the error ratio: what a user attaches
-to a compiler bug report. No fusecheck import; a user backend is loaded from its file by path."""
+to a compiler bug report. No fusecheck import; a user backend is loaded from its file by path, and so are the
+user's Inductor passes (the `*_custom_*_pass` slots as the bisection saw them): their file is loaded under the
+module name bisect loaded it with, then the pass object itself is restored (pickled, else its class built
+again), so the script compiles with the pass that made compiled worse, not without it."""
 from __future__ import annotations
 
 import base64
 import io
 import os
+import pickle
+import sys
 import textwrap
 import types
 from typing import Any
@@ -21,6 +26,8 @@ import base64
 import importlib
 import importlib.util
 import io
+import os
+import pickle
 import sys
 
 import torch
@@ -41,7 +48,28 @@ class Repro(torch.nn.Module):
 INPUTS = torch.load(io.BytesIO(base64.b64decode({blob!r})), weights_only=False)
 
 
+# (Inductor config slot, file, module name, qualname, pickled pass or None): the passes bisect compiled with
+PASSES = {passes!r}
+
+
+def install_passes():
+    from torch._inductor import config
+    for slot, path, module, qualname, blob in PASSES:
+        if module not in sys.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                spec = importlib.util.spec_from_file_location(module, path)
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[module] = mod
+                sys.path.insert(0, os.path.dirname(path))
+                spec.loader.exec_module(mod)
+        obj = pickle.loads(blob) if blob is not None else _resolve(module, qualname)
+        setattr(config, slot, obj() if isinstance(obj, type) else obj)
+
+
 def backend():
+    install_passes()
     spec = {backend_spec!r}
     if ":" not in spec:
         return spec
@@ -68,7 +96,7 @@ def main():
         ratio = rmse(c, g) / max(rmse(e, g), 1e-300)
         worst = max(worst, ratio)
         print(f"{{name}}: rmse vs fp64 eager {{rmse(e, g):.6g}} compiled {{rmse(c, g):.6g}} ratio {{ratio:.6g}}")
-    print(f"error ratio {{worst:.6g}}")
+    print(f"error ratio {{worst:.6g}}: {{'FAIL, compiled is worse than eager' if worst > {limit} else 'PASS'}}")
     return 1 if worst > {limit} else 0
 
 
@@ -86,6 +114,46 @@ def _global_line(name: str, obj: Any) -> str:
     return f"{name} = {obj!r}"
 
 
+PASS_SLOTS = ("pre_grad_custom_pass", "joint_custom_pre_pass", "joint_custom_post_pass",
+              "post_grad_custom_pre_pass", "post_grad_custom_post_pass")
+
+
+def _unwrapped(obj: Any) -> list[Any]:
+    """The user's passes in a slot: fusecheck's cache salt (`inner`) is unwrapped, a list flattened."""
+    if obj is None:
+        return []
+    if type(obj).__name__ == "FusecheckSaltPass":
+        return _unwrapped(obj.inner)
+    if isinstance(obj, (list, tuple)):
+        return [p for x in obj for p in _unwrapped(x)]
+    return [obj]
+
+
+def user_passes() -> list[tuple[str, str, str, str, bytes | None]]:
+    """(slot, file, module, qualname, pickled object) of each pass in Inductor's custom-pass slots now."""
+    try:
+        from torch._inductor import config
+    except ImportError:  # pragma: no cover
+        return []
+    out = []
+    for slot in PASS_SLOTS:
+        passes = _unwrapped(getattr(config, slot, None))
+        if len(passes) != 1:   # a slot holds one pass; several would need fusecheck's salt to run them
+            continue
+        obj = passes[0]
+        owner = obj if isinstance(obj, (type, types.FunctionType)) else type(obj)
+        module = sys.modules.get(getattr(owner, "__module__", ""), None)
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        try:
+            blob = None if owner is obj else pickle.dumps(obj)
+        except Exception:  # not picklable: its class is built again with no arguments
+            blob = None
+        out.append((slot, os.path.abspath(path), module.__name__, owner.__qualname__, blob))
+    return out
+
+
 def write_repro(path: str, gm: fx.GraphModule, inputs: list[Any], outputs: list[str], backend_spec: str,
                 title: str, limit: float = 2.0) -> None:
     """Write the script; `gm` has placeholders only (no parameters: they are inputs of the window)."""
@@ -100,6 +168,7 @@ def write_repro(path: str, gm: fx.GraphModule, inputs: list[Any], outputs: list[
     torch.save([x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs], buf)
     text = TEMPLATE.format(title=title, backend_spec=backend_spec, limit=limit, globals=globs,
                            code=textwrap.indent(pc.src.strip("\n"), "    "),
-                           blob=base64.b64encode(buf.getvalue()).decode(), outputs=outputs)
+                           blob=base64.b64encode(buf.getvalue()).decode(), outputs=outputs,
+                           passes=user_passes())
     with open(path, "w") as f:
         f.write(text)

@@ -352,6 +352,8 @@ def bisect(case: Any, opts: CheckOptions | None = None, *, kinds: list[str] | No
         census = getattr(base.report, "census", None) if base and base.report else None
         for c in culprits:
             c.kernels = kernels_of(census, c.decision)
+        from fusecheck.bisect.attribution import mark_culprits
+        mark_culprits(kernel_rows, culprits)   # the attribution names the kernels each culprit landed in
         return BisectResult(status, message, base.summary() if base else None, culprits, s.compiles, max_compiles,
                             {k: len(v) for k, v in (base.decisions if base else {}).items()},
                             final.summary() if final else None, s.unavailable, kernel_rows,
