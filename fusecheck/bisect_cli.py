@@ -13,6 +13,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from fusecheck.check_cli import add_common_arguments, add_scale_arguments
     add_common_arguments(p)
     add_scale_arguments(p)  # the check's golden, block and precision options: each trial is that check
+    p.add_argument("--toggle", "--toggles", dest="toggles", default="", metavar="NAME[,NAME]",
+                   help="bisect from a toggled build: every trial is compiled under these toggles (see `fusecheck "
+                        "toggles`), e.g. the pair `fusecheck matrix --all-together` named")
     p.add_argument("--max-compiles", type=int, default=40, help="compile budget (each probe is one compile)")
     p.add_argument("--kinds", default=",".join(GATE_KINDS),
                    help=f"decision families to search, comma-separated (default: all: {','.join(GATE_KINDS)})")

@@ -92,8 +92,12 @@ def run_trial(case: Any, opts: CheckOptions, plans: dict[str, Plan], *, kinds: l
     """Compile and check `case` once (the check's own pipeline, `opts` as given: golden, blocks, precision)
     with the gates of the decision families `kinds` (default: all) set to `plans`; caches off so the gates
     really act. `capture` keeps the post-grad graphs and their inputs for per-kernel attribution."""
+    from fusecheck.backends import resolve_backend
     from fusecheck.bisect.attribution import capturing
 
+    if opts.toggles and not resolve_backend(opts.backend).is_inductor:  # `bisect --toggle`: toggles need Inductor
+        return Trial(plans, None, {}, 0.0, f"not run: this probe compiles without Inductor, and the toggles "
+                     f"{', '.join(opts.toggles)} act on Inductor")
     t = time.perf_counter()
     unavailable: dict[str, str] = {}
     report, error = None, None

@@ -27,7 +27,7 @@ from fusecheck.errors import TargetError
 from fusecheck.execute import module_tensors, run_once, state_snapshot
 from fusecheck.golden import prepare_case
 from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
-from fusecheck.passes import toggled
+from fusecheck.passes import not_applying, toggled
 from fusecheck.passes.census import collecting_census
 from fusecheck.policy import Policy
 from fusecheck.precision_notes import pinned_fp32, pinned_note
@@ -117,6 +117,8 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     mode = "streamed" if plan is not None and opts.golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
     p.notes += capture_notes(p, compiled)
+    if opts.toggles:  # a toggle that cannot act on this run (no_recompute without --train) is said, not silent
+        p.notes += not_applying(opts.toggles, [g.gm for g in compiled.capture.graphs], train=opts.train)
     if plan is not None and opts.golden != "whole" and mode == "whole":
         p.notes.append("the model updates its own state in place: the golden is a whole-model fp64 copy, whose "
                        "state is judged too")

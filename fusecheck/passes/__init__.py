@@ -3,6 +3,7 @@
     TOGGLES                         name -> Toggle (doc, how, applies_to)
     toggled(names)                  context manager: validate, apply, restore; nestable; cache-separated
     applicability(names, graphs)    name -> None (applies) or "not applicable: <reason>"
+    not_applying(names, graphs)     the same as notes for a report (a toggle that did nothing is said)
     census.collecting_census()      which FX nodes went into which kernel, from Inductor's provenance
     hooks.fusion_veto / inline_veto the bisector's extension points
 """
@@ -26,6 +27,7 @@ __all__ = [
     "applicability",
     "resolve",
     "active",
+    "not_applying",
 ]
 
 
@@ -56,3 +58,13 @@ def applicability(
             reason = next((r for r in reasons if isinstance(r, str)), "not applicable")
             out[t.name] = reason if reason.startswith("not applicable") else f"not applicable: {reason}"
     return out
+
+
+def not_applying(
+    names: Sequence[str] | str, graphs: list[torch.fx.GraphModule], *, train: bool
+) -> list[str]:
+    """A note for each requested toggle that cannot act on this run (`partitioner.no_recompute` on a
+    forward-only check, a Triton-only knob on the CPU...): a toggle that did nothing is said, not silent."""
+    reasons = applicability(names, graphs, train=train)
+    return [f"toggle {name} does not apply to this run ({why.removeprefix('not applicable: ')}): its result "
+            "is the run without it" for name, why in reasons.items() if why]

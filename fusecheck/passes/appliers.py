@@ -48,3 +48,25 @@ def low_precision(gm: torch.fx.GraphModule) -> bool | str:
 
 def training(gm: torch.fx.GraphModule) -> bool | str:
     return gk.requires_grad(gm) or "not applicable: inference graph (no backward to partition)"
+
+
+def devices(gm: torch.fx.GraphModule) -> set[str]:
+    """Device types of the tensors recorded in node meta, parameters and buffers."""
+    found = {p.device.type for p in list(gm.parameters()) + list(gm.buffers())}
+    for node in gm.graph.nodes:
+        v = node.meta.get("val", node.meta.get("example_value"))
+        for t in v if isinstance(v, (list, tuple)) else (v,):
+            if isinstance(t, torch.Tensor):
+                found.add(t.device.type)
+    return found
+
+
+def on_triton(then: Callable[[torch.fx.GraphModule], bool | str] = always
+              ) -> Callable[[torch.fx.GraphModule], bool | str]:
+    """applies_to for a knob only Triton codegen reads: CPU graphs compile to C++ and never see it."""
+    def applies_to(gm: torch.fx.GraphModule) -> bool | str:
+        if not devices(gm) & {"cuda", "xpu"}:
+            return "not applicable: read by Triton codegen only (this graph compiles to C++ on the CPU)"
+        return then(gm)
+
+    return applies_to

@@ -10,7 +10,7 @@ import operator
 
 import torch
 
-from .appliers import always, config_patches, low_precision, training
+from .appliers import always, config_patches, low_precision, on_triton, training
 from .promises import BATCH_INVARIANT, RUN_TO_RUN
 from .toggle import Toggle
 
@@ -35,17 +35,17 @@ ENTRIES = [
     Toggle(
         "eager_numerics.division_rounding",
         "x / y rounded as eager rounds it (Triton's div_rn instead of the approximate div.full); "
-        "C++ (CPU) code already divides exactly",
+        "Triton only: C++ (CPU) code already divides exactly",
         "eager_numerics.division_rounding=True",
         config_patches("eager_numerics.division_rounding", {"eager_numerics.division_rounding": True}),
-        _divides,
+        on_triton(_divides),
     ),
     Toggle(
         "eager_numerics.disable_ftz",
         "fp32 denormals kept, not flushed to zero, in generated Triton kernels (eager keeps them)",
         "eager_numerics.disable_ftz=True",
         config_patches("eager_numerics.disable_ftz", {"eager_numerics.disable_ftz": True}),
-        always,
+        on_triton(),
     ),
     Toggle(
         "eager_numerics.use_pytorch_libdevice",
@@ -53,7 +53,7 @@ ENTRIES = [
         "(1-ULP differences in erf, pow, ...)",
         "eager_numerics.use_pytorch_libdevice=True",
         config_patches("eager_numerics.use_pytorch_libdevice", {"eager_numerics.use_pytorch_libdevice": True}),
-        always,
+        on_triton(),
     ),
     Toggle(
         "emulate_precision_casts_on_saved_tensors.off",

@@ -1,0 +1,224 @@
+"""Promises as checks: a toggle that promises bitwise equality with eager, run-to-run bits or batch
+invariance FAILs its matrix row when it breaks the promise, even with numbers "not worse than eager"; the
+real `deterministic` and `batch_invariant` rows stay quiet on correct code. The planted modes are toggles
+registered for the test: a post-grad pass routes one op's result through a custom op that moves one element
+by one ULP - always (a strict mode broken on one op), on every other call (nondeterminism), or when the
+batch is not the one the check ran (batch dependence)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import textwrap
+
+import pytest
+import torch
+
+from fusecheck.matrix import run_matrix
+from fusecheck.matrix.batch import check_batch_invariance
+from fusecheck.matrix.promises import CHECKS, RowContext, verify
+from fusecheck.matrix.rows import MatrixRow
+from fusecheck.passes import TOGGLES, Toggle
+from fusecheck.passes.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, PROMISES, RUN_TO_RUN
+
+BATCH = 8
+_calls = itertools.count()
+
+
+@torch.library.custom_op("fusecheck_plant::nudge", mutates_args=())
+def nudge(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """One element moved by one ULP: always ('one'), on every other call ('flaky'), or when the batch is not
+    BATCH rows ('batch')."""
+    out = x.clone()
+    if mode == "one" or (mode == "flaky" and next(_calls) % 2) or (mode == "batch" and x.shape[0] != BATCH):
+        flat = out.view(-1)
+        flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=x.dtype))
+    return out
+
+
+@nudge.register_fake
+def _(x, mode):
+    return torch.empty_like(x)
+
+
+def _nudge_pass(mode: str):
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Nudge(CustomGraphPass):
+        """Routes the first tanh's result (else the first output) through fusecheck_plant::nudge."""
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            node = next((n for n in graph.nodes if n.target is torch.ops.aten.tanh.default), None)
+            if node is None:
+                node = next(iter(graph.output_node().args[0]))
+            with graph.inserting_after(node):
+                new = graph.call_function(torch.ops.fusecheck_plant.nudge.default, (node, mode))
+            node.replace_all_uses_with(new, delete_user_cb=lambda u: u is not new)
+            new.meta.update(node.meta)
+
+        def uuid(self):
+            return f"fusecheck-test-nudge-{mode}"
+
+    return Nudge()
+
+
+def planted(name: str, mode: str, promises: tuple[str, ...]) -> Toggle:
+    def apply(stack: contextlib.ExitStack) -> None:
+        from torch._inductor import config
+
+        stack.enter_context(config.patch(post_grad_custom_post_pass=_nudge_pass(mode)))
+
+    return Toggle(name, f"planted: nudge ({mode})", "post_grad_custom_post_pass", apply, lambda gm: True,
+                  promises=promises)
+
+
+PLANTS = {
+    "test.strict_broken": planted("test.strict_broken", "one", (BITWISE_EAGER,)),
+    "test.flaky": planted("test.flaky", "flaky", (RUN_TO_RUN,)),
+    "test.batch_dependent": planted("test.batch_dependent", "batch", (BATCH_INVARIANT,)),
+}
+
+TARGET = textwrap.dedent(f'''
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(32, 32) / 6)
+
+        def forward(self, x):
+            y = torch.tanh(x @ self.w) * 1.5 + 0.25
+            return y - y.amax(-1, keepdim=True)
+
+    def build():
+        return Tiny(), (torch.randn({BATCH}, 32),)
+''')
+
+
+@pytest.fixture
+def plants(monkeypatch):
+    for name, toggle in PLANTS.items():
+        monkeypatch.setitem(TOGGLES, name, toggle)
+    return PLANTS
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    from fusecheck.case import load_target
+
+    path = tmp_path_factory.mktemp("promises") / "tiny.py"
+    path.write_text(TARGET)
+    return load_target(f"{path}:build")
+
+
+def test_every_promise_has_a_check_and_every_toggle_promise_is_known():
+    assert set(CHECKS) == set(PROMISES)
+    assert all(p in PROMISES for t in TOGGLES.values() for p in t.promises)
+    assert TOGGLES["deterministic"].promises == (RUN_TO_RUN,)
+    assert set(TOGGLES["batch_invariant"].promises) == {RUN_TO_RUN, BATCH_INVARIANT}
+    assert TOGGLES["numerics.strict"].promises == (BITWISE_EAGER,)
+
+
+# -- the detectors alone, without a compile -----------------------------------------------------------
+def _rows(x):
+    return x.sin() * 2
+
+
+def _batch_dependent(x):
+    return x.sin() * 2 + (x.shape[0] != BATCH) * 2.0 ** -20  # what a batch-size-dependent split would do
+
+
+@pytest.mark.parametrize("fn, broken", [(_rows, False), (_batch_dependent, True)])
+def test_batch_invariance_check_catches_a_batch_dependent_function(fn, broken):
+    x = torch.randn(BATCH, 16)
+    status, why = check_batch_invariance(_rows, (x,), {}, lambda: fn)
+    assert (status == "broken") == broken, why
+    if broken:
+        assert "sub-batch" in why and "larger batch" in why and "eager's rows are batch invariant" in why
+    else:
+        assert status is None and "sub-batch 4" in why
+
+
+def test_batch_invariance_needs_a_batch():
+    status, why = check_batch_invariance(_rows, (torch.randn(1, 4),), {}, lambda: _rows)
+    assert status == "unverified" and "at least 2 rows" in why
+    status, why = check_batch_invariance(lambda x: x.sum(), (torch.randn(4, 4),), {}, lambda: _rows)
+    assert status == "unverified" and "no output has the batch dimension" in why
+
+
+class _Metrics:
+    def __init__(self, equal, numel):
+        self.bitwise_equal, self.numel = equal, numel
+
+
+class _Cmp:
+    def __init__(self, name, equal, numel=8, notes=()):
+        self.name, self.vs_reference, self.notes = name, _Metrics(equal, numel), list(notes)
+
+
+class _Report:
+    status = "PASS"
+
+    def __init__(self, rows, repeatable=True):
+        self.rows, self.compiled_repeatable = rows, repeatable
+
+
+@pytest.mark.parametrize("promise, report, broken", [
+    (BITWISE_EAGER, _Report([_Cmp("output", 8), _Cmp("grad.w", 8)]), False),
+    (BITWISE_EAGER, _Report([_Cmp("output", 8), _Cmp("grad.w", 7)]), True),
+    (RUN_TO_RUN, _Report([_Cmp("output", 8)]), False),
+    (RUN_TO_RUN, _Report([_Cmp("output", 8, notes=["compiled output changed between two runs with the same "
+                                                    "inputs"])], repeatable=False), True),
+])
+def test_report_based_checks_on_stub_reports(promise, report, broken):
+    row = MatrixRow("r", ("x",), report=report, promises=(NOT_WORSE, promise))
+    verify(row, RowContext(None))
+    assert (promise in row.broken) == broken and row.verdict == ("FAIL" if broken else "PASS")
+    if broken:
+        assert ("grad.w: 1/8" if promise == BITWISE_EAGER else "output") in row.broken[promise]
+
+
+# -- end to end: planted violations FAIL their rows; the real rows stay quiet --------------------------
+@pytest.mark.slow
+def test_planted_broken_promises_fail_their_rows_and_real_modes_keep_theirs(case, plants):
+    m = run_matrix(case, ["test.strict_broken", "test.flaky", "test.batch_dependent", "deterministic",
+                          "batch_invariant"])
+    rows = {r.name: r for r in m.rows}
+    assert rows["baseline"].verdict == "PASS"
+    for name, promise in [("test.strict_broken", BITWISE_EAGER), ("test.flaky", RUN_TO_RUN),
+                          ("test.batch_dependent", BATCH_INVARIANT)]:
+        row = rows[name]
+        assert row.report.status == "PASS", f"{name}: the numbers themselves are not worse"
+        assert row.verdict == "FAIL" and list(row.broken) == [promise], (name, row.broken)
+    assert re.search(r"output: [1-9]\d*/256 elements", rows["test.strict_broken"].broken[BITWISE_EAGER])
+    for name in ("deterministic", "batch_invariant"):
+        assert rows[name].verdict == "PASS" and not rows[name].broken and not rows[name].unverified, rows[name].broken
+    table, data = m.table(), m.to_dict()
+    assert "broke its promise bitwise_eager" in table and "broken: run_to_run" in table
+    assert set(data["broken_promises"]) == set(PLANTS) and m.exit_code == 0  # toggle rows are diagnostic
+
+
+def test_the_strict_adapter_picks_up_an_upstream_key_and_its_promise_is_checked(monkeypatch, case):
+    """torch 2.13 has no `numerics` key: with one planted in the config, numerics.strict applies it; Inductor
+    ignores the planted key, so the promise of bitwise equality is checked and broken on this fp32 target."""
+    from torch._inductor import config
+    from torch.utils._config_module import _Config, _ConfigEntry
+
+    from fusecheck.passes import ToggleUnsupported, toggled
+    from fusecheck.passes.upstream import MODES, find_key
+
+    with pytest.raises(ToggleUnsupported, match="numerics.strict.*not supported.*numerics='strict'"):
+        with toggled(["numerics.strict"]):
+            pass
+    monkeypatch.setitem(config._config, "numerics", _ConfigEntry(_Config(default="default"), "numerics"))
+    assert find_key(MODES[0]) == ("numerics", "strict")
+    with toggled(["numerics.strict"]):
+        assert config.numerics == "strict"
+    assert config.numerics == "default"
+    m = run_matrix(case, ["numerics.strict"])
+    row = m.rows[1]
+    assert row.promises == (NOT_WORSE, BITWISE_EAGER)
+    if row.numbers()["bitwise_equal_to_eager"]:
+        assert not row.broken and row.verdict == "PASS"
+    else:
+        assert row.verdict == "FAIL" and BITWISE_EAGER in row.broken
