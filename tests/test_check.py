@@ -250,3 +250,38 @@ def test_the_table_counts_differing_elements_zero_on_a_bitwise_equal_row():
     r = check("models/mlp.py:build", backend="aot_eager")
     line = next(ln for ln in format_report(r).splitlines() if ln.startswith("output ") and "PASS" in ln)
     assert "bitwise_equal" in line and " 0 " in line and "yes" not in line
+
+
+_SKIPPED_BY_DYNAMO = '''
+import torch
+from fusecheck.case import Case
+
+class Tagger(torch.nn.Module):
+    """dynamo skips a frame holding an LSTM whole: nothing reaches the backend"""
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+def build():
+    torch.manual_seed(0)
+    return Case(Tagger(), (torch.randn(2, 5, 8),), "tagger")
+'''
+
+
+def test_a_model_dynamo_never_compiles_is_an_error_not_a_pass(tmp_path, capsys):
+    """No graph reached the backend: compiled ran eagerly, and a PASS would judge eager against itself.
+    Exit 3, one line naming dynamo's reason, and the JSON says ERROR."""
+    import json
+
+    from fusecheck.cli import main
+    target = tmp_path / "tagger.py"
+    target.write_text(_SKIPPED_BY_DYNAMO)
+    out = tmp_path / "r.json"
+    assert main(["check", f"{target}:build", "--backend", "aot_eager", "--json", str(out), "-q"]) == 3
+    err = capsys.readouterr().err
+    assert "never called on 'tagger'" in err and "LSTM" in err and "Traceback" not in err
+    assert json.loads(out.read_text())["status"] == "ERROR"

@@ -49,6 +49,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
     cotangents = eager.first.cotangents
     torch._dynamo.reset()
     capture = GraphCapture(p.backend.make(), decisions=None if p.backend.user else [])
+    breaks_before = dict(_graph_breaks())
     phase(f"compiling and running {p.name!r} with backend {p.backend.name!r}")
     with p.measured("compiled"), contextlib.ExitStack() as stack:
         census = setup(stack) if setup is not None else None
@@ -68,12 +69,33 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
             if p.passes_through(exc):
                 raise
             raise CompileError(f"backend {p.backend.name!r} failed on {p.name!r}: {type(exc).__name__}: {exc}") from exc
+    if not capture.graphs:
+        raise CompileError(_nothing_compiled(p, breaks_before))
     torch._dynamo.reset()
     runs = CompiledRuns(compiled, noisy, again, capture, choices, census)
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     _record_eager_choices(p, runs, cotangents)
     return runs
+
+
+def _graph_breaks() -> dict[str, int]:
+    """Dynamo's counted graph breaks and skipped frames (reason -> count): the first line of each reason."""
+    from torch._dynamo.utils import counters
+    out: dict[str, int] = {}
+    for kind in ("graph_break", "unimplemented"):
+        for reason, n in counters.get(kind, {}).items():
+            out[str(reason).strip().splitlines()[0]] = n
+    return out
+
+
+def _nothing_compiled(p: Pipeline, before: dict[str, int]) -> str:
+    """No graph reached the backend: "compiled" ran eagerly, so a PASS would judge eager against itself. The
+    graph-break reasons dynamo counted during these runs say why."""
+    reasons = [r for r, n in _graph_breaks().items() if n > before.get(r, 0)]
+    why = f" (graph break: {'; '.join(r[:160] for r in reasons[:2])})" if reasons else ""
+    return (f"backend {p.backend.name!r} was never called on {p.name!r}: dynamo captured no graph{why}, so the "
+            "compiled runs ran eagerly and there is nothing compiled to judge")
 
 
 def _record_eager_choices(p: Pipeline, runs: CompiledRuns, cotangents) -> None:

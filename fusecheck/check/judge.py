@@ -45,10 +45,8 @@ def run_notes(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, mutated: tu
     if eager.skipped:
         notes.append(f"not compared: {', '.join(eager.skipped)} hold tensors but are neither tensors, pytree "
                      "containers nor dataclasses; return their tensors to have them judged")
-    graphs = compiled.capture.graphs
-    if not graphs:
-        notes.append("the backend was never called: dynamo captured no graph, compiled ran eagerly")
-    elif len(graphs) > 1:
+    graphs = compiled.capture.graphs  # none: the compiled stage has refused already (nothing compiled to judge)
+    if len(graphs) > 1:
         notes.append(f"{len(graphs)} graphs captured (graph breaks"
                      f"{'; one per block with --regional' if p.opts.regional else ''})")
     if compiled.capture.movement_only:
