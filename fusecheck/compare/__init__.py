@@ -59,7 +59,18 @@ class Comparison:
                 "eager_vs_golden": m(self.reference_vs_golden), "notes": list(self.notes),
                 "applied": None if self.applied is None else {
                     "rtol": self.applied.tolerance.rtol, "atol": self.applied.tolerance.atol,
-                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max}}
+                    "small_value_threshold": self.applied.small_threshold, "abs_max": self.applied.abs_max},
+                "octaves": self.octave_profile()}
+
+    def octave_profile(self) -> dict | None:
+        """Eager's and compiled's error against the golden per binary octave of |golden| ([octave, elements,
+        max |error|]; octave 0 starts at 2^base): the spread the verdict judged, for the HTML charts."""
+        if self.vs_golden is None or self.reference_vs_golden is None or self.applied is None:
+            return None
+        from fusecheck.compare.metrics import octave_base
+        return {"base": octave_base(self.applied.small_threshold),
+                "eager": [[i, n, m] for i, (n, m) in self.reference_vs_golden.octaves().items()],
+                "compiled": [[i, n, m] for i, (n, m) in self.vs_golden.octaves().items()]}
 
 
 def input_error(name: str, code: str, message: str, result=None) -> Comparison:

@@ -129,8 +129,8 @@ def finish(planned: list, reports: dict, args) -> int:
     first = reports.get(planned[0].ref)
     write_reports([  # before any verdict is printed: a report that cannot be written is exit 3, one line
         ("--json", args.json, lambda: write_json(first.to_dict() if len(planned) == 1 else data, args.json)),
-        ("--html", getattr(args, "html", None) if first is not None else None,
-         lambda: write_html("dist", first.to_dict(), args.html))],  # the first spec's grid
+        ("--html", getattr(args, "html", None) if reports else None,   # several specs: one page, a summary first
+         lambda: write_html("dist", first.to_dict() if len(planned) == 1 else data, args.html))],
         verdict=f"{data['status']} (exit {data['exit_code']})")
     for p in planned:
         if p.ref in reports:
