@@ -120,7 +120,8 @@ def ratio_chart(groups: list[tuple[str, float | None, float | None]], *, width: 
 
     out = _open("ratios", width, height)
     bottom = top + row_h * len(groups)
-    for d in _decade_ticks(lo, hi, 6):
+    step = max(1, math.ceil((hi - lo + 1) / 6))   # ticks counted from 1x, so 1x is always labelled
+    for d in [t for t in range(math.ceil(lo) - math.ceil(lo) % step, math.floor(hi) + 1, step) if t >= lo]:
         out.append(f'<line x1="{x(d):.1f}" x2="{x(d):.1f}" y1="{top}" y2="{bottom}" stroke="{GRID}"/>'
                    f'<text class="tick" x="{x(d):.1f}" y="{bottom + 13}" text-anchor="middle">{_sci(d)}×</text>')
     out.append(f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{top - 2}" y2="{bottom}" stroke="#1d2330"/>'
