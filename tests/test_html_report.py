@@ -74,3 +74,74 @@ def test_error_distribution_quantiles_and_shared_bins():
     assert d["quantiles"]["0.5"] == pytest.approx(1e-6, rel=0.05)
     assert sum(d["counts"]) == 1000 and d["log10_bins"] == [-16.0, 4.0, 0.5]
     assert error_distribution(a, g[:10]) is None and error_distribution(a.long(), g.long()) is None
+
+
+def test_model_scale_page_groups_rows_worst_first_and_cards_only_the_worst():
+    from fusecheck.report.html.check import CARD_LIMIT, WORST_CARDS, block_of
+    rows = [_row(f"grad.model.layers.{i}.{k}", "FAIL" if (i, k) == (7, "mlp.up.weight") else "PASS",
+                 e=1e-7, c=(1e-3 if (i, k) == (7, "mlp.up.weight") else 1e-7 * (1 + i / 100)))
+            for i in range(10) for k in ("attn.q.weight", "mlp.up.weight", "norm.bias")]
+    assert len(rows) > CARD_LIMIT
+    page = render_check({"case": "big", "status": "FAIL", "rows": rows})
+    info = parse_page(page)
+    assert page.count('class="card"') == WORST_CARDS and "By block (worst first)" in info.text
+    by_block = page[page.index("By block"):page.index("By parameter kind")]
+    assert by_block.index("layers.<wbr>7") < by_block.index("layers.<wbr>0")   # the failing block first
+    by_kind = page[page.index("By parameter kind"):page.index("worst rows")]
+    assert by_kind.index("mlp.<wbr>up.<wbr>weight") < by_kind.index("norm.<wbr>bias")
+    assert page.count("<details><summary>") >= 10                 # every row, collapsed per block
+    assert block_of("grad.model.layers.3.mlp.up.weight", []) == ("model.layers.3", "mlp.up.weight")
+    assert block_of("grad.blocks.1.up.bias", ["blocks.1", "blocks.10"]) == ("blocks.1", "up.bias")
+    assert block_of("output", []) == ("(outside the blocks)", "output")
+
+
+def test_every_chart_has_axis_titles_and_scales():
+    import re
+    page = render_check({"case": "t", "status": "FAIL", "rows": [{**_row("output", "FAIL", "worse_than_eager",
+        1e-7, 2.4e-3), "octaves": {"base": -20, "eager": [[18, 5, 1e-7], [19, 9, 2e-7]],
+                                   "compiled": [[18, 5, 1e-3], [19, 9, 3e-3]]}}],
+        "blocks": [{"name": f"blocks.{i}", "eager_rmse": 1e-7, "compiled_rmse": None} for i in range(3)]})
+    svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert {re.search(r'data-chart="(\w+)"', s).group(1) for s in svgs} == {"ratios", "octaves", "blocks"}
+    for s in svgs:
+        assert 'class="axis-title"' in s and s.count('class="tick"') >= 2
+    assert "24 000×" in page                                      # the gap written out, on a log axis with 1×
+    assert ">1×<" in page and "--regional" in page                # no compiled per block: says how to get it
+
+
+def test_bisect_page_marks_the_kernels_holding_a_culprit():
+    kernels = [{"graph": 0, "kernel": "extern_kernels.mm", "fx_nodes": ["mm_default"], "output": "mm_default",
+                "status": "PASS", "code": "within_tolerance", "rmse": 1e-3, "eager_rmse": 1e-3, "ratio": 1.0,
+                "culprit": "1"},
+               {"graph": 0, "kernel": "cpp_fused_mul_1", "fx_nodes": ["mul"], "output": "mul", "status": "PASS",
+                "rmse": 1e-8, "eager_rmse": 1e-8, "ratio": 1.0, "culprit": ""}]
+    page = render_bisect({"status": "culprits", "exit_code": 1, "culprits": [], "max_compiles": 40,
+                          "kernels": kernels})
+    parse_page(page)
+    assert page.count('<span class="mark">culprit 1</span>') == 1 and page.count('class="culprit"') == 1
+
+
+def test_dist_folder_is_one_page_and_a_crashed_rank_is_marked_not_green():
+    from fusecheck.report.html.page import STATUS_COLORS
+
+    def spec(name, status="PASS", ranks=()):
+        return {"spec": name, "status": status, "world_size": 2, "run": {"status": status.lower() if ranks else "ok",
+                "ranks": list(ranks), "detail": "rank 1: RuntimeError: boom",
+                "errors": {"1": {"type": "RuntimeError", "message": "boom", "traceback": "Traceback ..."}}},
+                "layers": {"whole": {"status": "INCOMPLETE", "runs": [{"ranks": {"0": {"passed": True},
+                                                                              "1": {"passed": True}}}]}},
+                "diagnosis": {"cause": f"{status} on rank(s) 1" if ranks else "none",
+                              "findings": [{"cause": "CRASH on rank(s) 1", "layer": "run", "evidence": "rank 1: boom"}]
+                              if ranks else []}}
+    data = {"tool": "fusecheck dist", "status": "HANG/CRASH", "exit_code": 3,
+            "summary": [{"spec": "a.py:A", "status": "PASS", "layers": {"whole": "PASS"}, "cause": "none"},
+                        {"spec": "b.py:B", "status": "CRASH", "layers": {}, "cause": "CRASH on rank(s) 1"}],
+            "checks": [spec("a.py:A"), spec("b.py:B", "CRASH", [1])]}
+    page = render_dist(data)
+    info = parse_page(page)
+    flat = parse_page(page.replace("<wbr>", "")).text
+    assert info.tables == 3 and "a.py:A" in flat and "b.py:B" in flat
+    assert '<span class="mark">CRASH</span>' in page and "✖ CRASH" in page
+    crashed = page[page.rindex("<td", 0, page.index("✖ CRASH")):page.index("✖ CRASH")]
+    assert 'class="culprit"' in crashed and STATUS_COLORS["PASS"] not in crashed
+    assert "<li><b>CRASH on rank(s) 1</b> (layer run): rank 1: boom</li>" in page and '"findings"' not in page
