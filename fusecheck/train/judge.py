@@ -5,7 +5,9 @@ judged by `fusecheck.compare.compare` exactly as `check` judges an output, with 
 against the golden is the per-metric worst over eager and the K band trajectories (eager run again under
 randomised rounding, fusecheck/compare/noise_band.py's `RandomRounding`, from the same weights on the same
 data). So the limit is "not worse than a correct eager run is, run to run", measured on this model, this
-data and this step; no constant is tuned for training. The distances (relative L2 to the shadow) are what the
+data and this step; no constant is tuned for training. A row those checks fail is settled (settle.py): judged
+as one more run of the band, element by element, since AdamW's sign-like first update makes a few elements
+coin tosses 2 lr apart that one number per metric cannot weigh. The distances (relative L2 to the shadow) are what the
 report plots; they are read from the same metrics (rmse x sqrt(n)), not computed a second way.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fusecheck.compare.metrics import multi_pair_metrics
 from fusecheck.compare.scale import applied_thresholds
 from fusecheck.policy import Policy
 from fusecheck.rows import _worst
+from fusecheck.train.settle import settle
 
 
 @dataclass
@@ -49,6 +52,7 @@ def judge_quantity(name: str, compiled: torch.Tensor, eager: torch.Tensor, shado
                                   small_threshold=applied.small_threshold)
     worst = functools.reduce(_worst, measured.values())
     row = compare(compiled, eager, shadow, policy=policy, name=name, reference_vs_golden=worst)
+    settle(row, compiled, eager, shadow, band, policy)
     err = {"eager": _l2(measured["eager"]), "band": max(_l2(m) for m in measured.values()),
            "compiled": _l2(row.vs_golden) if row.vs_golden is not None else math.nan}
     return Judged(row, err, float(shadow.double().norm()))
