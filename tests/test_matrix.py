@@ -131,3 +131,20 @@ def test_toggles_listing(capsys):
     assert cli.run(p.parse_args(["--how"])) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in TOGGLES) and "realize" in out
+
+
+def test_a_forward_only_matrix_says_which_training_toggles_do_not_apply(target):
+    from fusecheck.case import load_target
+
+    m = run_matrix(load_target(target), ["partitioner.no_recompute"])
+    assert [r.name for r in m.rows] == ["baseline", "partitioner.no_recompute"] and m.rows[1].report is None
+    assert any(n.startswith("forward-only run: partitioner.no_recompute does not apply") for n in m.notes)
+    assert "note: forward-only run" in m.table() and m.to_dict()["notes"] == m.notes
+
+
+def test_the_matrix_package_keeps_its_imports():
+    import fusecheck.matrix as matrix
+
+    for name in ("run_matrix", "MatrixRow", "MatrixReport", "mark_most_moved", "plan", "BASELINE", "ALL", "MARK",
+                 "NO_EFFECT", "REFERENCE_ONLY", "add_arguments", "run"):
+        assert hasattr(matrix, name), name
