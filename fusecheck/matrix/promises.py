@@ -12,7 +12,6 @@ from fusecheck.passes.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE,
 from .rows import MatrixRow
 
 BROKEN, UNVERIFIED = "broken", "unverified"
-Outcome = "tuple[str, str] | None"
 
 
 @dataclass
