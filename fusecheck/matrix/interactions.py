@@ -52,8 +52,10 @@ class Interaction:
         if self.found is None:
             why = "the search's budget ran out" if self.budget_spent else "no smaller set shows it"
             return f"{head}; {why} after {len(self.tried)} more rows: the whole set is the interaction"
-        return (f"{head}; the smallest set that makes it worse: {' + '.join(self.found)} "
-                f"({_state(self.shown_by)}), found with {len(self.tried)} more rows")
+        what = ("the smallest set that makes it worse" if len(self.found) <= 2 else
+                "the set that makes it worse (no pair of it does; a toggle the all row did not need is not searched)")
+        return (f"{head}; {what}: {' + '.join(self.found)} ({_state(self.shown_by)}), found with "
+                f"{len(self.tried)} more rows")
 
     def to_dict(self) -> dict[str, Any]:
         return {"toggles": list(self.found) if self.found else None,
