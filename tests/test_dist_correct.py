@@ -1,7 +1,7 @@
 """Every correct distributed kernel PASSes `fusecheck dist` with the layer-2 probes (NaN/Inf in each input,
 huge/tiny/subnormal magnitudes) at world sizes 2 and 4 in fp32, bf16 and fp16: the reference kernels and
 their correct variants (other chunk counts, split-K in fp32, built-in vs hand-rolled collectives, another
-variance split; tests/planted/dist_correct.py)."""
+variance split, a tree reduction in fp32, a transposed GEMM, sqrt and divide for rsqrt; tests/planted/dist_correct.py)."""
 from __future__ import annotations
 
 import pytest
@@ -12,8 +12,8 @@ from fusecheck.distributed.task import CheckTask
 
 CORRECT = "tests/planted/dist_correct.py"
 VARIANTS = [f"{CORRECT}:{c}" for c in ("AGChunks", "AGSplitK", "AGRing", "RSChunks", "RSSplitK", "RSRing",
-                                       "RSViaAllReduce", "ARChunks", "ARVarianceSplit", "ARRing", "A2AChunks",
-                                       "A2AList")]
+                                       "RSViaAllReduce", "RSTreeFp32", "AGTransposedGemm", "ARChunks",
+                                       "ARVarianceSplit", "ARSqrtDivide", "ARRing", "A2AChunks", "A2AList")]
 REFERENCES = ["kernels/ag_gemm.py:AllGatherGemm", "kernels/gemm_rs.py:GemmReduceScatter",
               "kernels/ar_rmsnorm.py:AllReduceRMSNorm", "kernels/a2a_reorder.py:ReverseAllToAllReorder"]
 

@@ -107,6 +107,13 @@ class AGRing(_AllGatherGemm):
             consume(c, s, e, torch.stack(parts))
 
 
+class AGTransposedGemm(_AllGatherGemm):
+    """The GEMM computed as (b^T a^T)^T: another kernel layout and loop order for the same product."""
+
+    def _matmul(self, x, b):
+        return (b.t() @ x.t()).t().contiguous()
+
+
 # ---- GEMM + reduce-scatter ------------------------------------------------------------------------------
 
 class RSChunks(_GemmReduceScatter):
@@ -147,6 +154,22 @@ class RSViaAllReduce(_GemmReduceScatter):
         return full[rank * m:(rank + 1) * m].clone()
 
 
+class RSTreeFp32(_GemmReduceScatter):
+    """The reduce-scatter through an all_gather of every rank's partials, summed in a pairwise tree in fp32 and
+    rounded once (a more precise order than the built-in's)."""
+
+    def _run(self, rows_of, m_total, n, dtype, device, group):
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        m = m_total // world
+        full = torch.cat([rows_of(d * m, (d + 1) * m) for d in range(world)]).contiguous()
+        parts = [torch.empty_like(full) for _ in range(world)]
+        dist.all_gather(parts, full, group=group)
+        mine = [p[rank * m:(rank + 1) * m].to(torch.promote_types(dtype, torch.float32)) for p in parts]
+        while len(mine) > 1:
+            mine = [mine[i] + mine[i + 1] if i + 1 < len(mine) else mine[i] for i in range(0, len(mine), 2)]
+        return mine[0].to(dtype)
+
+
 # ---- all-reduce + RMSNorm -------------------------------------------------------------------------------
 
 class ARChunks(_AllReduceRMSNorm):
@@ -178,6 +201,16 @@ class ARRing(_AllReduceRMSNorm):
             buf = workspace.buffer(f"ar_ring.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
             buf.copy_(x[s:e])
             consume(s, e, ring_all_reduce(buf, group))
+
+
+class ARSqrtDivide(_AllReduceRMSNorm):
+    """RMSNorm as h / sqrt(mean + eps) (a square root and a division where the reference has rsqrt and a
+    multiply), fp32 inside."""
+
+    def _norm(self, h, weight):
+        acc = torch.promote_types(h.dtype, torch.float32)
+        h32 = h.to(acc)
+        return (h32 / torch.sqrt(h32.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(acc)).to(h.dtype)
 
 
 # ---- reverse all-to-all ----------------------------------------------------------------------------------
