@@ -47,7 +47,8 @@ class Interaction:
 
     def describe(self) -> str:
         worst = max(self.singles, key=lambda r: (_RANK.get(r.verdict or "", 2), r.error_ratio() or 0.0))
-        head = (f"all {len(self.together.toggles)} toggles together ({_state(self.together)}) are worse than "
+        n = len(self.together.toggles)
+        head = (f"{'both' if n == 2 else f'all {n}'} toggles together ({_state(self.together)}) are worse than "
                 f"each toggle alone (the worst alone: {worst.name}, {_state(worst)})")
         if self.found is None:
             why = "the search's budget ran out" if self.budget_spent else "no smaller set shows it"
