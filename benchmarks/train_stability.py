@@ -34,7 +34,8 @@ def run_one(target: str, seed: int, args) -> dict:
         for name, j in s.judged.items():
             m = j.row.verdict.margins.get("band_count")
             if m is not None:
-                settled.append({"step": s.step, "name": name, "status": j.row.verdict.status.value, "margin": m})
+                settled.append({"step": s.step, "name": name, "status": j.row.verdict.status.value, "margin": m,
+                                "flagged": j.row.verdict.message[:200]})
         print(f"  step {s.step} failed={s.failed[:3]}", flush=True)
 
     t = time.perf_counter()
