@@ -30,7 +30,7 @@ from tabulate import tabulate  # noqa: E402
 from fusecheck.bisect import bisect  # noqa: E402
 from fusecheck.check import CheckOptions  # noqa: E402
 from fusecheck.case import Case  # noqa: E402
-from fusecheck.golden import prepare_case  # noqa: E402
+from fusecheck.runs.cast import prepare_case  # noqa: E402
 from fusecheck.devices import resolve_dtype  # noqa: E402
 from fusecheck.policy import Policy  # noqa: E402
 from tests.planted import (chain_targets, decomposition, fusion, fusion_pair, inlining, lowering,  # noqa: E402

@@ -6,7 +6,7 @@
 Overhead: ranks started once and reused vs ranks started for every check. One "check" is a small real one
 (all-gather + GEMM, one shape, all three layers, one repeat), so the numbers include the work itself.
 
-Race rates: each planted race of tests/test_dist_planted.py, failed layer-1 and whole-kernel repeats out of
+Race rates: each planted race of tests/planted/dist_bugs.py, failed layer-1 and whole-kernel repeats out of
 (repeats x default shapes), plain, under the old stress (a random 0..max sleep before every call on every
 rank, replacing the plain run; emulated here) and under `--stress` (each repeat: the plain run plus a run with
 one straggler rank whose calls draw placement/magnitude/no delay; a repeat fails if either run fails).
@@ -98,7 +98,7 @@ def race_rates(repeat: int, worlds=(2, 4)) -> str:
             for mode in ("plain", "old stress", "stress"):
                 close_pools()      # ranks fork from this process: the old-stress patch must be in place first
                 with old_stress() if mode == "old stress" else contextlib.nullcontext():
-                    rep = check(CheckTask(f"tests/test_dist_planted.py:{cls}", spec_kwargs=kw, repeat=repeat,
+                    rep = check(CheckTask(f"tests/planted/dist_bugs.py:{cls}", spec_kwargs=kw, repeat=repeat,
                                           stress=mode != "plain", layers=("comm", "whole")), world)
                     close_pools()
                 cells.append(", ".join(_repeats_failed(rep.layers[name]) for name in ("comm", "whole")))

@@ -41,7 +41,7 @@ def rotary(x, base=10000.0):
 
 
 class Block(nn.Module):
-    """models/transformer_block.py's block, copied so that this script needs torch only."""
+    """fusecheck/builtin/transformer_block.py's block, copied so that this script needs torch only."""
 
     def __init__(self, dim=64, heads=4, hidden=128):
         super().__init__()

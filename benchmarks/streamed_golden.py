@@ -28,7 +28,7 @@ def run_one(target: str, mode: str, device: str, train: bool, regional: bool, li
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "r.json"
         target_path = str((ROOT / target.split(":")[0]).resolve()) + ":" + target.split(":")[1]
-        args = [sys.executable, "-m", "fusecheck.cli", "check", target_path, "--device", device, "--json", str(report),
+        args = [sys.executable, "-m", "fusecheck.cli.main", "check", target_path, "--device", device, "--json", str(report),
                 "--time-limit", str(limit), *extra]
         if train:
             args.append("--train")

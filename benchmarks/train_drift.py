@@ -9,7 +9,7 @@ plants: the planted training bugs of tests/planted/train_plants.py on the same t
     python benchmarks/train_drift.py --targets builtin,llama,gpt2 --seeds 0-2 --steps 50 --jsonl drift.jsonl
     python benchmarks/train_drift.py --part plants --targets builtin --steps 10
     python benchmarks/train_drift.py summary drift.jsonl
-Only fusecheck.train.run.run_train and fusecheck.run.run_check are called.
+Only fusecheck.train.run.run_train and fusecheck.check.run_check are called.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-BUILTIN = ["models/mlp.py:build", "models/transformer_block.py:build", "models/conv_bn_relu.py:build"]
+BUILTIN = ["models/mlp.py:build", "fusecheck/builtin/transformer_block.py:build", "models/conv_bn_relu.py:build"]
 PLANTS = {  # plant -> (optimizer, optimizer compiled)
     "stale_weights": ("sgd", False), "bf16_masters": ("adamw", True),
     "double_update_every_3": ("adamw", True), "loss_scale_not_undone": ("sgd", True),
@@ -72,7 +72,7 @@ def one(target: str, seed: int, args, backend: str, **kw) -> dict:
 
 
 def check_passes(target: str, seed: int, args, backend: str) -> bool | None:
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     try:
         case, _ = build(target, seed)
         return run_check(case, backend=backend, dtype=args.dtype, device=args.device, train=True, seed=seed).passed

@@ -1,6 +1,6 @@
 """`python -m fusecheck ...`: the same command as `fusecheck ...`."""
 import sys
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 sys.exit(main())

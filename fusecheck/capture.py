@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from fusecheck.decisions.tap import stripping, tap_graph
+from fusecheck.golden.choices.tap import stripping, tap_graph
 from fusecheck.movement import is_movement_graph
 
 

@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TARGET = str(REPO_ROOT / "models" / "transformer_block.py") + ":build"
+DEFAULT_TARGET = str(Path(__file__).resolve().parent / "builtin" / "transformer_block.py") + ":build"
 
 
 from fusecheck.errors import TargetError  # noqa: E402,F401  (raised here; defined with its exit code)

@@ -93,7 +93,7 @@ class Ratios:
     # a discrete decision (topk routing, sort, argmax, a relu's mask, a max-pool's argmax) that a run takes
     # differently from the golden is a near-tie, and the golden the run is judged against takes the run's
     # choice there, when the golden's values of the two choices differ by at most this many times eager's
-    # error at the decision's input (twice that where two values swap; fusecheck/decisions/); 0 never
+    # error at the decision's input (twice that where two values swap; fusecheck/golden/choices/); 0 never
     # follows. The same factor as `rmse`: compiled's input may be that much noisier than eager's
     decision_tie: float = 2.0
 

@@ -58,7 +58,7 @@ class FusecheckFixture:
         each seed, a Case is checked as given), every run judged; the report then carries the failure rate,
         its Wilson 95% bound and its unit (notes, and `repeats` in to_dict())."""
         from fusecheck.case import as_case, load_target
-        from fusecheck.cli import usage_errors
+        from fusecheck.cli.main import usage_errors
         from fusecheck.op.fixture import repeated
         from fusecheck.policy import Policy
         from fusecheck.check import run_check

@@ -4,7 +4,7 @@ Per rank: a (m, k) row shard, b (k, n) replicated. Output (world*m, n) = all_gat
 The pipeline body is shared by the three modes (fused, identity compute, identity communication), so the
 layers test the same chunking. The hooks `_recv_buffers`, `_dest_block`, `_dest_rows`, `_matmul` and
 `wait_before_use` are
-where the planted bugs of tests/test_dist_planted.py go.
+where the planted bugs of tests/planted/dist_bugs.py go.
 """
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def test_decision_numbering_is_deterministic():
 
 
 def test_cli_passing_target_and_json(tmp_path):
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
     out = tmp_path / "b.json"
     code = main(["bisect", "tests/planted/targets.py:benign", "--dtype", "bf16", "--json", str(out),
                  "--max-compiles", "3"])
@@ -151,15 +151,15 @@ def test_cli_passing_target_and_json(tmp_path):
 
 def test_a_target_with_error_rows_is_not_bisected(tmp_path):
     """`check` says exit 2 (an output cannot be judged): nothing to bisect, and the JSON stays strict."""
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
     out = tmp_path / "b.json"
-    assert main(["bisect", "tests/cases.py:empty_output", "--json", str(out), "--max-compiles", "3"]) == 2
+    assert main(["bisect", "tests/planted/cases.py:empty_output", "--json", str(out), "--max-compiles", "3"]) == 2
     data = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert data["status"] == "cannot_judge" and data["compiles"] == 1
 
 
 def test_cli_bad_usage():
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
     assert main(["bisect", "tests/planted/targets.py:benign", "--kinds", "nonsense"]) == 2
 
 

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 TARGET = "tests/planted/chain_targets.py:tanh_exp_mlp"
 BACKEND = "tests/planted/rounding_backend.py:"

@@ -7,16 +7,24 @@ import re
 import subprocess
 import sys
 
+import pytest
 from torch._inductor import config
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 TARGET = "tests/planted/user_pass_target.py:build"
 
 
-def test_user_pass_culprit_named_with_its_mm_kernel_and_repro_fails(tmp_path, monkeypatch):
-    # the target installs its pass when loaded: put the slot back afterwards for the other tests
-    monkeypatch.setattr(config, "post_grad_custom_pre_pass", config.post_grad_custom_pre_pass)
+@pytest.fixture
+def pre_pass_slot():
+    """The target installs its pass when loaded: the slot is put back afterwards for the other tests, through
+    torch's own config.patch (monkeypatch.setattr on torch's config module deletes the key on undo)."""
+    with config.patch(post_grad_custom_pre_pass=config.post_grad_custom_pre_pass):
+        yield
+    assert hasattr(config, "post_grad_custom_pre_pass")
+
+
+def test_user_pass_culprit_named_with_its_mm_kernel_and_repro_fails(tmp_path, pre_pass_slot):
     out, repro = tmp_path / "b.json", tmp_path / "repro.py"
     code = main(["bisect", TARGET, "--kinds", "pass", "--repro", str(repro), "--json", str(out), "-q"])
     data = json.loads(out.read_text())

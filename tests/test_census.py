@@ -6,7 +6,7 @@ import json
 import networkx as nx
 import torch
 
-from fusecheck.passes.census import KernelCensus, collecting_census
+from fusecheck.toggles.census import KernelCensus, collecting_census
 
 
 def mlp(x, w):

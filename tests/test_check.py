@@ -6,7 +6,7 @@ from fusecheck.case import TargetError, load_target
 from fusecheck.compare import Status
 from fusecheck.check import run_check
 
-PLANTED = "tests/planted_backends.py:"
+PLANTED = "tests/planted/backends.py:"
 
 
 def check(target, **kw):
@@ -16,7 +16,7 @@ def check(target, **kw):
 @pytest.mark.parametrize("backend,target", [
     ("bf16_matmul", "models/mlp.py:build"),
     ("bf16_matmul", "models/conv_bn_relu.py:build"),
-    ("bf16_accumulation", "models/transformer_block.py:build"),
+    ("bf16_accumulation", "fusecheck/builtin/transformer_block.py:build"),
 ])
 def test_planted_precision_bugs_fail_in_fp32(backend, target):
     r = check(target, backend=PLANTED + backend, dtype="fp32")
@@ -26,7 +26,7 @@ def test_planted_precision_bugs_fail_in_fp32(backend, target):
 
 
 def test_dropped_upcast_overflows_fp16_and_fails():
-    r = check("tests/cases.py:big_rmsnorm", backend=PLANTED + "drop_upcast", dtype="fp16")
+    r = check("tests/planted/cases.py:big_rmsnorm", backend=PLANTED + "drop_upcast", dtype="fp16")
     assert r.status == "FAIL"
     assert r.rows[0].verdict.code in {"nan_inf_mismatch", "worse_than_eager"}
 
@@ -38,7 +38,7 @@ def test_planted_bug_in_backward_is_caught_in_gradients():
 
 
 def test_control_backends_are_bitwise_equal_to_eager():
-    r = check("models/transformer_block.py:build", backend="aot_eager", dtype="bf16", train=True)
+    r = check("fusecheck/builtin/transformer_block.py:build", backend="aot_eager", dtype="bf16", train=True)
     assert r.status == "PASS" and {row.verdict.code for row in r.rows} == {"bitwise_equal"}
     assert any(row.name.startswith("grad.") for row in r.rows)
 
@@ -81,7 +81,7 @@ def test_a_compiled_run_wrong_on_any_single_call_fails(race, train):
 
 @pytest.mark.parametrize("target,train", [("all_inf", False), ("inf_and_nan", False), ("inf_gradient", True)])
 def test_no_finite_value_anywhere_is_exit_2(target, train):
-    r = check(f"tests/cases.py:{target}", backend="aot_eager", train=train)
+    r = check(f"tests/planted/cases.py:{target}", backend="aot_eager", train=train)
     assert r.exit_code == 2
     bad = [row for row in r.rows if row.verdict.status is Status.ERROR]
     assert bad and all(row.verdict.code in ("golden_no_finite", "golden_all_nan") for row in bad)
@@ -90,13 +90,13 @@ def test_no_finite_value_anywhere_is_exit_2(target, train):
 
 
 def test_mixed_int_bool_float_outputs():
-    r = check("tests/cases.py:int_and_float", backend="aot_eager")
+    r = check("tests/planted/cases.py:int_and_float", backend="aot_eager")
     assert [row.dtype for row in r.rows] == ["int64", "bool", "float32"]
     assert r.passed
 
 
 @pytest.mark.parametrize("target,code", [
-    ("tests/cases.py:empty_output", "empty"), ("tests/cases.py:all_nan", "golden_all_nan"),
+    ("tests/planted/cases.py:empty_output", "empty"), ("tests/planted/cases.py:all_nan", "golden_all_nan"),
 ])
 def test_bad_outputs_give_error_exit_2(target, code):
     r = check(target, backend="eager")
@@ -104,9 +104,9 @@ def test_bad_outputs_give_error_exit_2(target, code):
 
 
 @pytest.mark.parametrize("target,match", [
-    ("tests/cases.py:returns_nothing", "returned no tensors"),
-    ("tests/cases.py:builder_returns_none", "returned nothing"),
-    ("tests/cases.py:no_such_fn", "has no attribute"),
+    ("tests/planted/cases.py:returns_nothing", "returned no tensors"),
+    ("tests/planted/cases.py:builder_returns_none", "returned nothing"),
+    ("tests/planted/cases.py:no_such_fn", "has no attribute"),
     ("tests/missing.py:build", "not found"),
     ("models/mlp.py", "expected FILE.py:NAME"),
 ])
@@ -126,7 +126,7 @@ def test_movement_rule_catches_a_single_flipped_bit():
     assert r.rows[0].verdict.code == "exact_mismatch" and "data movement" in r.rows[0].verdict.message
 
 
-REFERENCE_MODELS = ["models/mlp.py:build", "models/transformer_block.py:build", "models/conv_bn_relu.py:build",
+REFERENCE_MODELS = ["models/mlp.py:build", "fusecheck/builtin/transformer_block.py:build", "models/conv_bn_relu.py:build",
                     "models/data_movement.py:build"]
 
 
@@ -142,11 +142,11 @@ def test_inductor_passes_on_reference_models(target, dtype):
 
 @pytest.mark.slow
 def test_inductor_inference_path_passes():
-    r = check("models/transformer_block.py:build", backend="inductor", dtype="bf16")
+    r = check("fusecheck/builtin/transformer_block.py:build", backend="inductor", dtype="bf16")
     assert r.passed and r.graphs[0].n_nodes > 10
 
 
-@pytest.mark.parametrize("target", ["tests/cases.py:mutates_input", "tests/cases.py:mutates_buffer"])
+@pytest.mark.parametrize("target", ["tests/planted/cases.py:mutates_input", "tests/planted/cases.py:mutates_buffer"])
 def test_mutating_models_start_every_run_from_the_same_state(target):
     """Runs must not see each other's in-place updates: eager is judged on the pristine inputs every time."""
     r = check(target, backend="aot_eager")
@@ -156,7 +156,7 @@ def test_mutating_models_start_every_run_from_the_same_state(target):
     assert bad.status == "FAIL" and bad.rows[0].verdict.code == "worse_than_eager"
 
 
-@pytest.mark.parametrize("target", ["tests/cases.py:cache_persistent", "tests/cases.py:cache_non_persistent"])
+@pytest.mark.parametrize("target", ["tests/planted/cases.py:cache_persistent", "tests/planted/cases.py:cache_non_persistent"])
 def test_a_model_reading_its_own_cache_is_judged_from_the_same_state_everywhere(target):
     """Eager, compiled and the golden all start from the cache as it was: the golden must not copy the
     model after the compiled runs updated it, and non-persistent buffers are reset too."""
@@ -168,10 +168,10 @@ def test_a_model_reading_its_own_cache_is_judged_from_the_same_state_everywhere(
     assert bad.rows[0].verdict.code == "worse_than_eager"
 
 
-@pytest.mark.parametrize("target,mutated", [("tests/cases.py:mutates_input", "mutated.input[0]"),
-                                            ("tests/cases.py:mutates_buffer", "mutated.state.running"),
-                                            ("tests/cases.py:cache_non_persistent", "mutated.state.cache"),
-                                            ("tests/cases.py:writes_kwarg", "mutated.kwargs['out']")])
+@pytest.mark.parametrize("target,mutated", [("tests/planted/cases.py:mutates_input", "mutated.input[0]"),
+                                            ("tests/planted/cases.py:mutates_buffer", "mutated.state.running"),
+                                            ("tests/planted/cases.py:cache_non_persistent", "mutated.state.cache"),
+                                            ("tests/planted/cases.py:writes_kwarg", "mutated.kwargs['out']")])
 def test_lost_in_place_update_fails(target, mutated):
     r = check(target, backend=PLANTED + "drop_mutations")
     row = next(row for row in r.rows if row.name == mutated)
@@ -179,7 +179,7 @@ def test_lost_in_place_update_fails(target, mutated):
 
 
 def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():
-    r = check("tests/cases.py:noisy_eager", backend="aot_eager")
+    r = check("tests/planted/cases.py:noisy_eager", backend="aot_eager")
     assert not r.eager_repeatable and not r.compiled_repeatable  # both move: said, not blamed
     row = r.rows[0]
     assert row.passed and row.verdict.code != "nondeterministic_compiled"
@@ -190,23 +190,23 @@ def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():
 def test_a_target_that_draws_random_numbers_is_refused_not_judged():
     """Eager, compiled and golden would draw different numbers: any verdict would be noise against noise."""
     with pytest.raises(TargetError, match="draws random numbers"):
-        check("tests/cases.py:draws_noise", backend="aot_eager")
+        check("tests/planted/cases.py:draws_noise", backend="aot_eager")
 
 
 def test_tensors_inside_a_dataclass_output_are_judged():
-    r = check("tests/cases.py:returns_dataclass", backend="aot_eager")
+    r = check("tests/planted/cases.py:returns_dataclass", backend="aot_eager")
     assert {"output[1]['logits']", "output[1]['extra']"} <= {row.name for row in r.rows} and r.passed
-    bad = check("tests/cases.py:returns_dataclass", backend=PLANTED + "shift_outputs")
+    bad = check("tests/planted/cases.py:returns_dataclass", backend=PLANTED + "shift_outputs")
     assert not next(row for row in bad.rows if row.name == "output[1]['logits']").passed
 
 
 def test_an_object_holding_tensors_is_named_as_not_compared():
-    r = check("tests/cases.py:returns_plain_object", backend="aot_eager")
+    r = check("tests/planted/cases.py:returns_plain_object", backend="aot_eager")
     assert any("not compared: output[1] (Holder)" in n for n in r.notes)
 
 
 def test_train_with_a_model_that_updates_its_input_in_place():
-    r = check("tests/cases.py:scales_input_in_place", backend="aot_eager", train=True)
+    r = check("tests/planted/cases.py:scales_input_in_place", backend="aot_eager", train=True)
     assert r.passed and {"grad.input[0]", "mutated.input[0]"} <= {row.name for row in r.rows}
 
 
@@ -221,7 +221,7 @@ def test_a_backend_that_drops_autograd_is_a_tool_error_naming_it():
                                     "casts_to_fp8"])
 def test_models_that_once_broke_the_harness_are_judged(target):
     """Expanded or reassigned buffers, a forward that reseeds itself, torch.cond in the golden, an fp8 output."""
-    r = check(f"tests/cases.py:{target}", backend="aot_eager")
+    r = check(f"tests/planted/cases.py:{target}", backend="aot_eager")
     assert r.passed, [(row.name, row.verdict.message) for row in r.rows]
 
 
@@ -277,7 +277,7 @@ def test_a_model_dynamo_never_compiles_is_an_error_not_a_pass(tmp_path, capsys):
     Exit 3, one line naming dynamo's reason, and the JSON says ERROR."""
     import json
 
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
     target = tmp_path / "tagger.py"
     target.write_text(_SKIPPED_BY_DYNAMO)
     out = tmp_path / "r.json"

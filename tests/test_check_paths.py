@@ -13,7 +13,7 @@ import pytest
 from fusecheck.bisect import run_trial
 from fusecheck.case import load_target
 from fusecheck.check import CheckOptions, run_check
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDE, MOE = "models/wide_blocks.py:build", "tests/planted/no_fp64_moe.py:build"
@@ -21,9 +21,9 @@ WIDE, MOE = "models/wide_blocks.py:build", "tests/planted/no_fp64_moe.py:build"
 # (target, backend, check options, the verdict every path must give)
 CASES = {
     "correct": (WIDE, "aot_eager", {}, "PASS"),
-    "one_ulp_jitter_between_calls": (WIDE, "tests/planted_sharded.py:ulp_jitter", {}, "PASS"),
-    "second_call_wrong": (WIDE, "tests/planted_sharded.py:second_call_race", {}, "FAIL"),
-    "outputs_perturbed": (WIDE, "tests/planted_sharded.py:corrupt", {}, "FAIL"),
+    "one_ulp_jitter_between_calls": (WIDE, "tests/planted/sharded_backends.py:ulp_jitter", {}, "PASS"),
+    "second_call_wrong": (WIDE, "tests/planted/sharded_backends.py:second_call_race", {}, "FAIL"),
+    "outputs_perturbed": (WIDE, "tests/planted/sharded_backends.py:corrupt", {}, "FAIL"),
     "moe_op_without_fp64_kernel": (MOE, "aot_eager", {"dtype": "bf16", "train": True}, "PASS"),
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANT = "tests/planted/race_backend.py"
@@ -86,7 +86,7 @@ def test_the_naive_backend_gets_the_models_graph_on_a_model_with_torch_max(capsy
 
 def test_a_user_backend_callable_receives_the_models_outputs_only():
     from fusecheck.case import load_target
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     seen = []
 
     def backend(gm, example_inputs):

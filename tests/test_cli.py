@@ -4,9 +4,9 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
-PLANTED = "tests/planted_backends.py:"
+PLANTED = "tests/planted/backends.py:"
 
 
 def test_pass_writes_json_with_policy_and_graphs(tmp_path, capsys):
@@ -27,10 +27,10 @@ def test_fail_exit_1_and_junit(tmp_path):
 
 
 def test_bad_input_exit_2(capsys):
-    assert main(["check", "tests/cases.py:returns_nothing", "--backend", "eager"]) == 2
+    assert main(["check", "tests/planted/cases.py:returns_nothing", "--backend", "eager"]) == 2
     assert "returned no tensors" in capsys.readouterr().err
     assert main(["check", "models/mlp.py:build", "--backend", "nope"]) == 2
-    assert main(["check", "tests/cases.py:empty_output", "--backend", "eager"]) == 2
+    assert main(["check", "tests/planted/cases.py:empty_output", "--backend", "eager"]) == 2
     assert main(["check", "--dtype", "fp8"]) == 2
     assert main(["check", "models/mlp.py:build", "--device", "npu"]) == 2
 
@@ -67,7 +67,7 @@ def test_baseline_accepts_known_failures_only(tmp_path, capsys):
 
 
 def test_console_script_help():
-    r = subprocess.run([sys.executable, "-m", "fusecheck.cli", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "fusecheck.cli.main", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "exit codes: 0 pass, 1 fail" in r.stdout
 
 
@@ -81,7 +81,7 @@ def test_pytest_plugin_fixture(pytester):
             fusecheck.assert_not_worse(build(), backend="aot_eager")
 
         def test_bad(fusecheck):
-            fusecheck.assert_not_worse(build(), backend="tests/planted_backends.py:bf16_matmul")
+            fusecheck.assert_not_worse(build(), backend="tests/planted/backends.py:bf16_matmul")
     """)
     import shutil
     shutil.copytree(__import__('pathlib').Path(__file__).parent, pytester.path / "tests", dirs_exist_ok=True,
@@ -108,8 +108,8 @@ def test_a_hung_compiled_run_ends_with_exit_3_naming_the_phase(tmp_path):
     out, marker = tmp_path / "hang.json", tmp_path / "hanging"
     env = {**os.environ, "FUSECHECK_TEST_HANG_MARKER": str(marker)}
     for limit in (15, 60, 240):
-        proc = subprocess.run([sys.executable, "-m", "fusecheck.cli", "check", "models/mlp.py:build", "--backend",
-                               "tests/planted_backends.py:hang", "--time-limit", str(limit), "--json", str(out)],
+        proc = subprocess.run([sys.executable, "-m", "fusecheck.cli.main", "check", "models/mlp.py:build", "--backend",
+                               "tests/planted/backends.py:hang", "--time-limit", str(limit), "--json", str(out)],
                               capture_output=True, text=True, timeout=limit + 120, env=env)
         assert proc.returncode == 3, proc.stderr[-2000:]
         assert f"timed out after {limit} s while " in proc.stderr, proc.stderr[-2000:]
@@ -197,7 +197,7 @@ def test_an_error_report_never_overwrites_the_baseline(tmp_path):
 
 def test_known_error_rows_are_not_accepted(tmp_path, capsys):
     base = tmp_path / "base.json"
-    args = ["check", "tests/cases.py:empty_output", "--backend", "eager"]
+    args = ["check", "tests/planted/cases.py:empty_output", "--backend", "eager"]
     assert main(args + ["--json", str(base)]) == 2
     assert main(args + ["--baseline", str(base)]) == 2
     assert "known failure" not in capsys.readouterr().out
@@ -206,7 +206,7 @@ def test_known_error_rows_are_not_accepted(tmp_path, capsys):
 def test_time_limit_inf_means_none(tmp_path, monkeypatch):
     import threading
 
-    from fusecheck.watchdog import Watchdog
+    from fusecheck.cli.watchdog import Watchdog
 
     assert _gate(tmp_path, "aot_eager", "--time-limit", "inf") == 0
     started = []

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = "models/mlp.py:build"
-PLANTED = "tests/planted_backends.py:"
+PLANTED = "tests/planted/backends.py:"
 
 
 def _no_work(monkeypatch):
@@ -64,7 +64,7 @@ def test_bare_fusecheck_prints_usage_without_importing_torch():
     took = time.monotonic() - start
     assert r.returncode == 2 and "usage: fusecheck" in r.stderr and "check" in r.stderr
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    assert "torch" not in imported and "fusecheck.check_cli" not in imported
+    assert "torch" not in imported and "fusecheck.cli.check" not in imported
     assert took < 10, took  # about 0.1 s measured; generous for a loaded CI machine
 
 
@@ -97,7 +97,7 @@ def test_disable_no_longer_applies_a_toggle(monkeypatch, capsys):
 
 
 def test_one_dtype_vocabulary_accepting_long_spellings():
-    from fusecheck.cli import build_parser
+    from fusecheck.cli.main import build_parser
 
     parser, _ = build_parser("check")
     assert parser.parse_args(["check", "--dtype", "bfloat16"]).dtype == "bf16"
@@ -150,8 +150,8 @@ def test_progress_on_a_terminal_then_ctrl_c_exits_130_with_a_report(tmp_path):
 def test_progress_line_follows_phases_and_stays_off_stdout():
     import io
 
-    from fusecheck.progress import Progress
-    from fusecheck.watchdog import phase
+    from fusecheck.cli.progress import Progress
+    from fusecheck.cli.watchdog import phase
 
     err = io.StringIO()
     with Progress("check", stream=err, enabled=True, interval=60) as p:
@@ -263,7 +263,7 @@ def test_pytest_fixture_takes_a_callable_and_stays_quiet(pytester):
 
         def test_fails(fusecheck):
             import importlib.util
-            spec = importlib.util.spec_from_file_location("pb", {str(ROOT / "tests/planted_backends.py")!r})
+            spec = importlib.util.spec_from_file_location("pb", {str(ROOT / "tests/planted/backends.py")!r})
             pb = importlib.util.module_from_spec(spec); spec.loader.exec_module(pb)
             fusecheck.assert_not_worse(build(), backend=pb.bf16_matmul)
     """)

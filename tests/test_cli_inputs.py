@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = "models/mlp.py:build"
@@ -54,7 +54,7 @@ def test_a_seed_outside_0_to_2_63_is_exit_2_in_one_line(command, seed, capsys):
 
 
 def test_the_largest_seed_is_accepted():
-    from fusecheck.cli import SEED_MAX, build_parser
+    from fusecheck.cli.main import SEED_MAX, build_parser
     parser, _ = build_parser("check")
     assert parser.parse_args(["check", "--seed", str(SEED_MAX)]).seed == 2 ** 63 - 1
 
@@ -113,7 +113,7 @@ def test_the_html_module_refuses_garbage_and_a_report_of_another_kind(tmp_path, 
 def _full_disk(monkeypatch, option: str) -> str:
     """/dev/full where the checker may write there (it probes the folder first); else the writer fails as a
     full disk does."""
-    from fusecheck.outputs import OutputPathError, prepare_output
+    from fusecheck.cli.report_paths import OutputPathError, prepare_output
     try:
         prepare_output("/dev/full", option)
         return "/dev/full"
@@ -212,15 +212,15 @@ def test_every_subcommands_help_answers_without_importing_torch(args):
 
 def test_the_light_argument_modules_agree_with_the_heavy_ones():
     from fusecheck.bisect.gates import GATES
-    from fusecheck.bisect_cli import GATE_KINDS
-    from fusecheck.dist_cli import LAYERS
+    from fusecheck.cli.bisect import GATE_KINDS
+    from fusecheck.cli.dist import LAYERS
     from fusecheck.distributed.task import LAYERS as TASK_LAYERS
     assert GATE_KINDS == tuple(GATES) and LAYERS == TASK_LAYERS
 
 
 # -- 5. a planted rank abort stays in the captured output -------------------------------------------------------
 def test_a_planted_rank_abort_prints_no_fatal_error_dump_into_a_passing_run(pytester):
-    """gloo aborts the rank left waiting in a skipped collective (tests/test_dist_defaults.py); pytest enables
+    """gloo aborts the rank left waiting in a skipped collective (tests/test_dist_layer_blame.py); pytest enables
     faulthandler on a copy of the terminal, and the forked rank used to dump `Fatal Python error: Aborted`
     there, past the capture of a passing test."""
     pytester.makepyfile(f"""
@@ -230,7 +230,7 @@ def test_a_planted_rank_abort_prints_no_fatal_error_dump_into_a_passing_run(pyte
         from fusecheck.distributed.task import CheckTask
 
         def test_abort():
-            rep = check(CheckTask({str(ROOT / "tests/test_dist_planted.py")!r} + ":SkipsCollectiveOnRank",
+            rep = check(CheckTask({str(ROOT / "tests/planted/dist_bugs.py")!r} + ":SkipsCollectiveOnRank",
                                   spec_kwargs={{"rank": 0}}, layers=("comm", "whole")), 2, timeout_s=2)
             assert rep.status in ("CRASH", "HANG")
     """)

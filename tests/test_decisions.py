@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from fusecheck.case import Case
-from fusecheck.decisions.tap import stripping, tap_graph
+from fusecheck.golden.choices.tap import stripping, tap_graph
 from fusecheck.policy import Policy, Ratios
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 from tests.planted.routing import Stacked, TopOneMoE
 
 
@@ -120,7 +120,7 @@ def test_relu6_bound_ties_are_followed_in_backward_and_a_wrong_clip_fails(plant,
 
 
 def test_clipping_takes_the_run_s_side_only_near_a_bound():
-    from fusecheck.decisions.ops import ATEN_OPS
+    from fusecheck.golden.choices.ops import ATEN_OPS
     clip = ATEN_OPS[torch.ops.aten.hardtanh.default]
     x = torch.tensor([0.0, 6.0, 3.0, -1.0, 5.9999999], dtype=torch.float64)
     bound = {"min_val": 0.0, "max_val": 6.0}
@@ -146,7 +146,7 @@ def test_max_pool_tie_routed_differently_is_followed(plant):
 
 def test_pooling_refuses_an_index_outside_its_window_or_far_from_the_max():
     """The golden takes a run's argmax only inside the window and within the limit of the window's max."""
-    from fusecheck.decisions.ops import ATEN_OPS
+    from fusecheck.golden.choices.ops import ATEN_OPS
     pool = ATEN_OPS[torch.ops.aten.max_pool2d_with_indices.default]
     x = torch.tensor([[[[1.0, 1.0, 5.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]], dtype=torch.float64)
     out = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
@@ -163,7 +163,7 @@ def test_pooling_refuses_an_index_outside_its_window_or_far_from_the_max():
 
 
 def test_masking_takes_the_run_s_mask_only_near_zero():
-    from fusecheck.decisions.ops import ATEN_OPS
+    from fusecheck.golden.choices.ops import ATEN_OPS
     relu = ATEN_OPS[torch.ops.aten.relu.default]
     x = torch.tensor([0.0, -1e-9, 0.3, -0.4], dtype=torch.float64)
     out = torch.relu(x)
@@ -176,7 +176,7 @@ def test_masking_takes_the_run_s_mask_only_near_zero():
 def test_eager_choices_that_cannot_be_recorded_are_said_not_hidden(monkeypatch):
     """An eager run that fails under the recording dispatch mode (some ops refuse Python modes): the check
     goes on without following, says so in one note, and still gives its verdict."""
-    from fusecheck.decisions import follow
+    from fusecheck.golden.choices import follow
 
     def refuse(self, func, types, args=(), kwargs=None):
         raise RuntimeError("this op refuses Python dispatch modes")
@@ -191,7 +191,7 @@ def test_eager_octaves_under_two_goldens_take_the_worse_of_both():
     different elements in each: eager's largest error per octave is the worse of the two measurements,
     every other metric stays eager's against its own golden."""
     from fusecheck.compare.metrics import Metrics
-    from fusecheck.rows import _octaves_of_both
+    from fusecheck.check.rows import _octaves_of_both
     own = Metrics({"rmse": 1.0, "octave_n.3": 10, "octave_max_abs.3": 0.1})
     other = Metrics({"rmse": 5.0, "octave_n.3": 8, "octave_max_abs.3": 0.4, "octave_n.5": 4, "octave_max_abs.5": 0.2})
     merged = _octaves_of_both(own, other)

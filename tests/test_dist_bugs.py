@@ -1,4 +1,4 @@
-"""Each planted bug is caught, and the diagnosis names the layer it lives in (bugs: tests/test_dist_planted.py)."""
+"""Each planted bug is caught, and the diagnosis names the layer it lives in (bugs: tests/planted/dist_bugs.py)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ from fusecheck.distributed.report import render
 from fusecheck.distributed.runner import check
 from fusecheck.distributed.task import CheckTask
 
-PLANTED = "tests/test_dist_planted.py"
+PLANTED = "tests/planted/dist_bugs.py"
 
 
 def run(cls, world=2, **kw):

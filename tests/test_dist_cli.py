@@ -33,7 +33,7 @@ def test_pass_writes_per_layer_per_rank_json(tmp_path, capsys):
 
 def test_fail_is_exit_1_with_diagnosis(tmp_path, capsys):
     out = tmp_path / "d.json"
-    assert main(["tests/test_dist_planted.py:WrongRankOrder", "--world-size", "2", "--json", str(out)]) == 1
+    assert main(["tests/planted/dist_bugs.py:WrongRankOrder", "--world-size", "2", "--json", str(out)]) == 1
     text = capsys.readouterr().out
     assert "diagnosis: communication" in text and "misrouted" in text
     assert json.loads(out.read_text())["layers"]["comm"]["status"] == "FAIL"
@@ -63,7 +63,7 @@ def test_nccl_requested_without_gpus_is_exit_2(capsys):
 
 
 def test_crash_is_exit_3(capsys):
-    assert main(["tests/test_dist_planted.py:CrashesOnRank", "--world-size", "2", "--timeout", "10"]) == 3
+    assert main(["tests/planted/dist_bugs.py:CrashesOnRank", "--world-size", "2", "--timeout", "10"]) == 3
     assert "CRASH" in capsys.readouterr().out
 
 
@@ -154,7 +154,7 @@ def test_many_specs_and_a_folder_share_one_pool_one_summary_one_exit_code(tmp_pa
     from fusecheck.distributed import runner
     runner.close_pools()
     out = tmp_path / "many.json"
-    code = main(["kernels", f"{ROOT}/tests/test_dist_planted.py:WrongRankOrder", "--repeat", "1",
+    code = main(["kernels", f"{ROOT}/tests/planted/dist_bugs.py:WrongRankOrder", "--repeat", "1",
                  "--layers", "comm", "--json", str(out)])
     assert code == 1
     data = json.loads(out.read_text())
@@ -180,7 +180,7 @@ def test_help_describes_repeat_and_the_module_entry_has_a_time_limit(capsys):
 def argparse_main(argv):
     import argparse
 
-    from fusecheck.dist_cli import add_arguments
+    from fusecheck.cli.dist import add_arguments
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     parser.add_argument("--time-limit")
@@ -188,7 +188,7 @@ def argparse_main(argv):
 
 
 def test_time_limit_ends_a_hanging_check_of_the_module_entry():
-    cmd = [sys.executable, "-m", "fusecheck.distributed", "tests/test_dist_planted.py:HangsOnRank", "--timeout", "60",
+    cmd = [sys.executable, "-m", "fusecheck.distributed", "tests/planted/dist_bugs.py:HangsOnRank", "--timeout", "60",
            "--time-limit", "4", "--repeat", "1", "--layers", "whole"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ from fusecheck.distributed.pool import RankPool
 from fusecheck.distributed.runner import check, close_pools
 from fusecheck.distributed.task import CheckTask
 
-PLANTED = "tests/test_dist_planted.py"
+PLANTED = "tests/planted/dist_bugs.py"
 TIMEOUT_S = 2.0
 
 

@@ -1,5 +1,5 @@
 """Issue 20 part 3: failure rates per shape with their unit, a never-written slot is layout (not a race),
-a layer that fails alone gets the blame alone (planted bugs: tests/test_dist_planted.py)."""
+a layer that fails alone gets the blame alone (planted bugs: tests/planted/dist_bugs.py)."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +10,7 @@ from fusecheck.distributed.runner import check
 from fusecheck.distributed.summary import LayerSummary
 from fusecheck.distributed.task import CheckTask
 
-PLANTED = "tests/test_dist_planted.py"
+PLANTED = "tests/planted/dist_bugs.py"
 
 
 def run(cls, world=2, **kw):

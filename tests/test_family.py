@@ -1,4 +1,4 @@
-"""Eager's family (fusecheck/compare/family.py, settled in fusecheck/settle.py): a row the golden checks
+"""Eager's family (fusecheck/compare/family.py, settled in fusecheck/check/settle.py): a row the golden checks
 failed against eager's one run is judged again against eager and K randomised-rounding eager runs. Correct
 compilers with another rounding pass on every seed -- including where eager is exact by structure (x / x) or
 has no significant digit (a gradient that is zero in exact arithmetic) -- and systematic degradations of a
@@ -12,7 +12,7 @@ from fusecheck.case import Case
 from fusecheck.compare import compare
 from fusecheck.compare.family import FAMILY_SCALE, family_of, judge_without_digits
 from fusecheck.policy import Policy
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 
 BENIGN = "tests/planted/benign_compilers.py:"
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from fusecheck.case import Case
-from fusecheck.cli import main
-from fusecheck.golden_fallback import GoldenError, GoldenFallback
+from fusecheck.cli.main import main
+from fusecheck.golden.fallback import GoldenError, GoldenFallback
 from fusecheck.check import run_check
 
 

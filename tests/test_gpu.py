@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("target", ["models/mlp.py:build", "models/transformer_block.py:build",
+@pytest.mark.parametrize("target", ["models/mlp.py:build", "fusecheck/builtin/transformer_block.py:build",
                                     "models/conv_bn_relu.py:build", "models/data_movement.py:build"])
 def test_inductor_triton_passes_on_reference_models(target, dtype):
     r = run_check(load_target(target), backend="inductor", dtype=dtype, device="cuda", train=True)
@@ -18,7 +18,7 @@ def test_inductor_triton_passes_on_reference_models(target, dtype):
 
 
 def test_planted_bug_fails_on_cuda():
-    r = run_check(load_target("models/mlp.py:build"), backend="tests/planted_backends.py:bf16_matmul",
+    r = run_check(load_target("models/mlp.py:build"), backend="tests/planted/backends.py:bf16_matmul",
                   dtype="fp32", device="cuda")
     assert r.status == "FAIL"
 

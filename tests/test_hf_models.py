@@ -23,5 +23,5 @@ def test_tiny_llama_training_passes():
 
 
 def test_planted_bug_fails_on_a_real_model():
-    r = run_check(load_target("models/hf.py:build_gpt2"), backend="tests/planted_backends.py:bf16_matmul", dtype="fp32")
+    r = run_check(load_target("models/hf.py:build_gpt2"), backend="tests/planted/backends.py:bf16_matmul", dtype="fp32")
     assert r.status == "FAIL"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 BROWSER = next((b for b in map(shutil.which, BROWSERS) if b), None)
@@ -91,7 +91,7 @@ def assert_charts_have_axes(dom: Dom, kinds: set[str]) -> None:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     out = tmp_path_factory.mktemp("pages")
-    planted = "tests/planted_backends.py:bf16_matmul"
+    planted = "tests/planted/backends.py:bf16_matmul"
     assert main(["check", "models/wide_blocks.py:build", "--train", "--regional", "--backend", planted,
                  "--json", str(out / "train.json"), "--html", str(out / "train.html"), "-q"]) == 1
     assert main(["check", "models/mlp.py:build", "--backend", planted, "--json", str(out / "check.json"),
@@ -102,7 +102,7 @@ def pages(tmp_path_factory):
         shutil.copy(Path("kernels") / name, folder / name)
     assert main(["dist", str(folder), "--repeat", "1", "--json", str(out / "dist.json"),
                  "--html", str(out / "dist.html"), "-q"]) == 0
-    assert main(["dist", "tests/test_dist_planted.py:CrashesOnRank", "--repeat", "1", "--json",
+    assert main(["dist", "tests/planted/dist_bugs.py:CrashesOnRank", "--repeat", "1", "--json",
                  str(out / "crash.json"), "--html", str(out / "crash.html"), "-q"]) == 3
     return out
 

@@ -1,7 +1,7 @@
 """`--html` on `fusecheck dist`: the layer x rank grid lands in one self-contained page."""
 from html.parser import HTMLParser
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 
 def test_dist_writes_its_html_page(tmp_path):

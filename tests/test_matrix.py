@@ -9,7 +9,7 @@ import torch
 
 from fusecheck.case import Case, TargetError
 from fusecheck.matrix import MARK, MatrixRow, mark_most_moved, run_matrix
-from fusecheck.passes import ToggleError
+from fusecheck.toggles import ToggleError
 
 TARGET = textwrap.dedent('''
     import torch
@@ -108,7 +108,7 @@ def test_non_inductor_backend_and_bad_names_fail_before_compiling():
 
 
 def test_cli_exit_codes(target, tmp_path, capsys):
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
 
     out = tmp_path / "m.json"
     assert main(["matrix", target, "--toggles", "fusion.pointwise", "--json", str(out)]) == 0
@@ -123,8 +123,8 @@ def test_cli_exit_codes(target, tmp_path, capsys):
 def test_toggles_listing(capsys):
     import argparse
 
-    from fusecheck import toggles_cli as cli
-    from fusecheck.passes import TOGGLES
+    from fusecheck.cli import toggles as cli
+    from fusecheck.toggles import TOGGLES
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)

@@ -13,7 +13,7 @@ import torch
 from fusecheck.matrix import MatrixRow, run_matrix, worse
 from fusecheck.matrix.interactions import WORSE_FACTOR, search
 from fusecheck.matrix.rows import LEAVE_ONE_OUT, SUBSET
-from fusecheck.passes import TOGGLES, Toggle
+from fusecheck.toggles import TOGGLES, Toggle
 
 
 class Row(MatrixRow):

@@ -2,7 +2,7 @@
 measured by randomised-rounding runs, and a significance rule over elements with a derived null model.
 
 Real computations (a tiny attention block, a Linear, a per-channel scale) run through
-`fusecheck.execute.run_once` in eager, in a different but correct op order (the stand-in for a compiler),
+`fusecheck.runs.execute.run_once` in eager, in a different but correct op order (the stand-in for a compiler),
 and in fp64; planted bugs are applied to the compiled side's results."""
 import math
 
@@ -13,8 +13,8 @@ from fusecheck.case import Case
 from fusecheck.compare import compare
 from fusecheck.compare.noise_band import (RandomRounding, binom_sf, eager_spread, judge_band, null_tail,
                                           octave_reference, smallest_failing_count)
-from fusecheck.execute import run_once, state_snapshot
-from fusecheck.golden import golden_case
+from fusecheck.runs.execute import run_once, state_snapshot
+from fusecheck.runs.cast import golden_case
 
 
 def _gen(seed):
@@ -416,7 +416,7 @@ def test_stock_inductor_vit_the_old_per_octave_rule_fails_and_the_band_passes():
     compiled RMSE 0.55x eager's; no row leaves eager's noise band."""
     import zlib
     tf = pytest.importorskip("transformers")
-    from fusecheck.golden import prepare_case
+    from fusecheck.runs.cast import prepare_case
 
     class Logits(torch.nn.Module):
         def __init__(self, model):

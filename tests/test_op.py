@@ -18,7 +18,7 @@ TWO_SHAPES = ["--shape", "m=4,k=16,n=32", "--shape", "m=5,k=24,n=50"]  # one div
 def op(*argv: str) -> int:
     """`fusecheck op ARGS` in this process: its parser and the CLI's error handling and time limit."""
     import fusecheck.op.cli as module
-    from fusecheck.cli import HelpFormatter, Parser, add_run_arguments, run_command
+    from fusecheck.cli.main import HelpFormatter, Parser, add_run_arguments, run_command
     parser = Parser(prog="fusecheck op", formatter_class=HelpFormatter)
     module.add_arguments(parser)
     add_run_arguments(parser)

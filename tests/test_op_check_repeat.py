@@ -9,12 +9,12 @@ CASE = "tests/planted/op_race.py:case"
 
 
 def _check(backend: str):
-    from fusecheck.run import run_check
+    from fusecheck.check import run_check
     return lambda seed: run_check(load_target(CASE, seed=seed), backend=backend, seed=seed)
 
 
 def test_the_naive_fused_op_backend_passes_the_check(capsys):
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
     assert main(["check", CASE, "--backend", "tests/planted/op_race.py:naive_backend", "-q"]) == 0
     assert "verdict: PASS (exit 0)" in capsys.readouterr().out
 

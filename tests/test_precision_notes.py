@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fusecheck.precision_notes import eager_precision_notes
+from fusecheck.check.precision_notes import eager_precision_notes
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_no_note_without_tf32_or_off_cuda_or_in_bf16(flags):
 def test_tf32_is_pinned_off_on_cuda_and_restored(flags):
     """eager and compiled run fp32 without TF32 on CUDA (cuDNN picks TF32 in channels-last and not in NCHW:
     compiled was 400-600x eager's error on the H200 for that reason alone); the flags come back after."""
-    from fusecheck.precision_notes import pinned_fp32, pinned_note
+    from fusecheck.check.precision_notes import pinned_fp32, pinned_note
     flags("high", cudnn=True)
     with pinned_fp32("cuda", keep=False):
         assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32

@@ -18,8 +18,8 @@ from fusecheck.matrix import run_matrix
 from fusecheck.matrix.batch import check_batch_invariance
 from fusecheck.matrix.promises import CHECKS, RowContext, verify
 from fusecheck.matrix.rows import MatrixRow
-from fusecheck.passes import TOGGLES, Toggle
-from fusecheck.passes.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, PROMISES, RUN_TO_RUN
+from fusecheck.toggles import TOGGLES, Toggle
+from fusecheck.toggles.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, PROMISES, RUN_TO_RUN
 
 BATCH = 8
 _calls = itertools.count()
@@ -198,19 +198,19 @@ def test_planted_broken_promises_fail_their_rows_and_real_modes_keep_theirs(case
     assert set(data["broken_promises"]) == set(PLANTS) and m.exit_code == 0  # toggle rows are diagnostic
 
 
-def test_the_strict_adapter_picks_up_an_upstream_key_and_its_promise_is_checked(monkeypatch, case):
+def test_the_strict_adapter_picks_up_an_upstream_key_and_its_promise_is_checked(torch_config_entries, case):
     """torch 2.13 has no `numerics` key: with one planted in the config, numerics.strict applies it; Inductor
     ignores the planted key, so the promise of bitwise equality is checked and broken on this fp32 target."""
     from torch._inductor import config
     from torch.utils._config_module import _Config, _ConfigEntry
 
-    from fusecheck.passes import ToggleUnsupported, toggled
-    from fusecheck.passes.upstream import MODES, find_key
+    from fusecheck.toggles import ToggleUnsupported, toggled
+    from fusecheck.toggles.upstream import MODES, find_key
 
     with pytest.raises(ToggleUnsupported, match="numerics.strict.*not supported.*numerics='strict'"):
         with toggled(["numerics.strict"]):
             pass
-    monkeypatch.setitem(config._config, "numerics", _ConfigEntry(_Config(default="default"), "numerics"))
+    torch_config_entries.setitem(config._config, "numerics", _ConfigEntry(_Config(default="default"), "numerics"))
     assert find_key(MODES[0]) == ("numerics", "strict")
     with toggled(["numerics.strict"]):
         assert config.numerics == "strict"

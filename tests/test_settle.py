@@ -1,13 +1,13 @@
 """Rows the golden checks failed are settled against eager's family and its own noise band
-(fusecheck/settle.py): a benign cancellation passes, a few wrong elements where eager is accurate still fail,
+(fusecheck/check/settle.py): a benign cancellation passes, a few wrong elements where eager is accurate still fail,
 and nothing runs when no row is in doubt."""
 import pytest
 import torch
 
 from fusecheck.case import Case
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 
-PLANTED = "tests/planted_backends.py:"
+PLANTED = "tests/planted/backends.py:"
 
 
 class Wide(torch.nn.Module):

@@ -13,7 +13,7 @@ import pytest
 from fusecheck.sharded.ranks import name_culprits
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANTED = "tests/planted_sharded.py"
+PLANTED = "tests/planted/sharded_backends.py"
 
 
 def _left_behind(mark: str) -> list[int]:

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from fusecheck.case import Case, TargetError
-from fusecheck.cli import main
-from fusecheck.digest import digest
+from fusecheck.cli.main import main
+from fusecheck.runs.digest import digest
 from fusecheck.check import run_check
-from fusecheck.streamed import golden as streamed_golden
-from fusecheck.streamed.golden import StreamedGolden
-from fusecheck.streamed.plan import make_plan
+from fusecheck.golden.streamed import golden as streamed_golden
+from fusecheck.golden.streamed.golden import StreamedGolden
+from fusecheck.golden.streamed.plan import make_plan
 
 from models.wide_blocks import build as build_wide  # the repo root is on sys.path (conftest)
 
@@ -199,7 +199,7 @@ def test_digest_sees_any_single_changed_element_and_signed_zero():
 
 
 def test_a_large_parameter_changed_in_place_is_refused(monkeypatch):
-    import fusecheck.execute as ex
+    import fusecheck.runs.execute as ex
 
     class Drifts(torch.nn.Module):
         def __init__(self):

@@ -1,22 +1,22 @@
 """The streamed golden is exactly as general as the whole-model fp64 copy: differential tests on a generated
-family of block models (tests/streamed_family.py), the guard's answers, stepping aside, and planted
+family of block models (tests/planted/streamed_family.py), the guard's answers, stepping aside, and planted
 mixed-precision regressions that fail through the default (streamed) golden."""
 import pytest
 import torch
 
 from fusecheck.case import Case, load_target
-from fusecheck.cli import main
-from fusecheck.execute import run_once, state_snapshot
-from fusecheck.golden import prepare_case
-from fusecheck.golden_fallback import GoldenError, GoldenFallback
-from fusecheck import golden_runs
-from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
+from fusecheck.cli.main import main
+from fusecheck.runs.execute import run_once, state_snapshot
+from fusecheck.runs.cast import prepare_case
+from fusecheck.golden.fallback import GoldenError, GoldenFallback
+from fusecheck.golden import modes as golden_runs
+from fusecheck.golden.modes import GOLDEN_MODES, GoldenRequest
 from fusecheck.check import run_check
-from fusecheck.streamed import golden as streamed_golden
-from fusecheck.streamed.guard import Guard, StreamedLeak
-from fusecheck.streamed.plan import make_plan
+from fusecheck.golden.streamed import golden as streamed_golden
+from fusecheck.golden.streamed.guard import Guard, StreamedLeak
+from fusecheck.golden.streamed.plan import make_plan
 
-from tests.streamed_family import PATTERNS, build_case, recipe
+from tests.planted.streamed_family import PATTERNS, build_case, recipe
 
 SEEDS = range(12)
 MIXED = "tests/planted/mixed_precision.py:"
@@ -272,9 +272,9 @@ def test_a_failure_after_results_were_judged_cannot_step_aside():
 
 @pytest.mark.parametrize("target,backend,train,status", [
     ("residual_build", MIXED + "faithful", False, "PASS"),
-    ("residual_build", "tests/planted_backends.py:drop_upcast", False, "FAIL"),  # the fp32 residual lost
+    ("residual_build", "tests/planted/backends.py:drop_upcast", False, "FAIL"),  # the fp32 residual lost
     ("casts_build", MIXED + "faithful", True, "PASS"),
-    ("casts_build", "tests/planted_backends.py:bf16_matmul", True, "FAIL"),
+    ("casts_build", "tests/planted/backends.py:bf16_matmul", True, "FAIL"),
 ])
 def test_planted_mixed_precision_regressions_fail_and_correct_versions_pass(target, backend, train, status):
     r = run_check(load_target(MIXED + target), backend=backend, train=train)
@@ -285,4 +285,4 @@ def test_planted_mixed_precision_regressions_fail_and_correct_versions_pass(targ
 
 
 def test_planted_residual_regression_is_exit_1_from_the_cli():
-    assert main(["check", MIXED + "residual_build", "--backend", "tests/planted_backends.py:drop_upcast", "-q"]) == 1
+    assert main(["check", MIXED + "residual_build", "--backend", "tests/planted/backends.py:drop_upcast", "-q"]) == 1

@@ -46,7 +46,7 @@ def wide_report():
     """A --train check of a model named as a transformers causal LM (12 layers: names up to
     `grad.model.model.layers.11.post_attention_layernorm.weight`), with aot_eager."""
     from fusecheck.check import run_check
-    from wide_names import build
+    from tests.planted.wide_names import build
     torch.manual_seed(0)
     return run_check(build(12), backend="aot_eager", train=True, block_verdicts=False)
 
@@ -146,8 +146,8 @@ def _dist_report(spec: str, **kw):
 
 
 @pytest.mark.parametrize("spec, status", [("kernels/ag_gemm.py:AllGatherGemm", "PASS"),
-                                          ("tests/test_dist_planted.py:CrashesOnRank", "CRASH"),
-                                          ("tests/test_dist_planted.py:WrongRankOrder", "FAIL")])
+                                          ("tests/planted/dist_bugs.py:CrashesOnRank", "CRASH"),
+                                          ("tests/planted/dist_bugs.py:WrongRankOrder", "FAIL")])
 def test_dist_report_fits(spec, status):
     from fusecheck.distributed.report import render
     rep = _dist_report(spec, repeat=2)
@@ -177,7 +177,7 @@ def test_bisect_tables_fit():
 
 
 def test_toggles_table_fits(capsys):
-    from fusecheck.passes.cli import run
+    from fusecheck.toggles.cli import run
     assert run(types.SimpleNamespace(how=False, json_path=None)) == 0
     assert _width(capsys.readouterr().out) <= WIDTH
 

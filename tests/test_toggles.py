@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fusecheck.passes import TOGGLES, applicability, toggled
-from fusecheck.passes.census import collecting_census
+from fusecheck.toggles import TOGGLES, applicability, toggled
+from fusecheck.toggles.census import collecting_census
 
 
 # -- tiny models (8x32 fp32 unless said otherwise) --------------------------------------------------

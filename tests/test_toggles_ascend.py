@@ -1,8 +1,8 @@
 """Ascend adapter: flag construction and selection only (no NPU here)."""
 import pytest
 
-from fusecheck.passes import ToggleError, ToggleUnsupported
-from fusecheck.passes.ascend import ascend_flags, ascend_toggled, npu_available
+from fusecheck.toggles import ToggleError, ToggleUnsupported
+from fusecheck.toggles.ascend import ascend_flags, ascend_toggled, npu_available
 
 
 def test_reduction_toggle_disables_the_reduce_pass():
@@ -77,7 +77,7 @@ def test_bad_fallback_kernel_ids_are_refused(bad):
 
 
 def test_data_movement_passes_promise_bitwise_equality():
-    from fusecheck.passes.promises import BITWISE_EAGER
+    from fusecheck.toggles.promises import BITWISE_EAGER
     assert ascend_flags([], enable=["concat", "transpose"]).promises == (BITWISE_EAGER,)
     assert ascend_flags([], enable=["reduce"]).promises == ()
 

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from fusecheck.passes import TOGGLES, ToggleUnsupported, applicability, not_applying, toggled
-from fusecheck.passes.census import collecting_census
+from fusecheck.toggles import TOGGLES, ToggleUnsupported, applicability, not_applying, toggled
+from fusecheck.toggles.census import collecting_census
 
 KNOBS = {
     "eager_numerics.division_rounding": ("eager_numerics.division_rounding", True),
@@ -39,10 +39,10 @@ def test_each_knob_sets_its_key_inside_and_restores_it(name):
 
 
 @pytest.mark.parametrize("name", ["eager_numerics.disable_ftz", "deterministic"])
-def test_a_torch_without_the_key_says_not_supported(monkeypatch, name):
+def test_a_torch_without_the_key_says_not_supported(torch_config_entries, name):
     from torch._inductor import config
 
-    monkeypatch.delitem(config._config, KNOBS[name][0])  # as a torch before 2.13 (or after a rename) has it
+    torch_config_entries.delitem(config._config, KNOBS[name][0])  # as a torch before 2.13 (or after a rename) has it
     with pytest.raises(ToggleUnsupported, match=rf"{name}.*not supported by the installed torch.*{KNOBS[name][0]}"):
         with toggled([name]):
             pass
@@ -99,7 +99,7 @@ def test_a_forward_only_check_says_which_toggle_does_not_apply():
 def test_toggles_listing_shows_the_knobs_promises_and_what_this_torch_lacks(capsys, tmp_path):
     import argparse
 
-    from fusecheck import toggles_cli as cli
+    from fusecheck.cli import toggles as cli
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)
@@ -116,7 +116,7 @@ def test_toggles_listing_shows_the_knobs_promises_and_what_this_torch_lacks(caps
 def test_bisect_takes_toggles_and_refuses_unknown_ones(monkeypatch, capsys):
     import fusecheck.bisect.cli
     from fusecheck.bisect.result import BisectResult
-    from fusecheck.cli import main
+    from fusecheck.cli.main import main
 
     seen = {}
 

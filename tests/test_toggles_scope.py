@@ -6,9 +6,9 @@ import re
 import pytest
 import torch
 
-from fusecheck.passes import ToggleError, ToggleUnsupported, active, toggled
-from fusecheck.passes.census import collecting_census
-from fusecheck.passes.hooks import fusion_veto, inline_veto
+from fusecheck.toggles import ToggleError, ToggleUnsupported, active, toggled
+from fusecheck.toggles.census import collecting_census
+from fusecheck.toggles.hooks import fusion_veto, inline_veto
 
 
 def chain(x):
@@ -48,7 +48,7 @@ def test_unknown_toggle_lists_the_known_names():
 
 
 def test_every_toggle_and_all_together_restore_everything_they_touched():
-    from fusecheck.passes import TOGGLES
+    from fusecheck.toggles import TOGGLES
 
     supported = [name for name in TOGGLES if _supported(name)]
     assert "numerics.strict" not in supported or torch.__version__ >= "2.14"  # no upstream strict key in 2.13
@@ -63,7 +63,7 @@ def test_every_toggle_and_all_together_restore_everything_they_touched():
 
 
 def _supported(name):
-    from fusecheck.passes import TOGGLES
+    from fusecheck.toggles import TOGGLES
 
     try:
         TOGGLES[name].check()
@@ -218,7 +218,7 @@ def test_hooks_report_kinds_and_graph_order():
 
 
 def test_allow_first_k_fusions_is_deterministic_and_monotonic():
-    from fusecheck.passes.hooks import AllowFirst
+    from fusecheck.toggles.hooks import AllowFirst
     from torch._inductor import config
 
     kernels, decisions = {}, {}
@@ -235,7 +235,7 @@ def test_allow_first_k_fusions_is_deterministic_and_monotonic():
 
 
 def test_allow_first_k_inlinings_realizes_the_rest():
-    from fusecheck.passes.hooks import AllowFirst, ir_kind
+    from fusecheck.toggles.hooks import AllowFirst, ir_kind
     from torch._inductor import config
 
     kernels = {}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fusecheck.case import TargetError, load_target
-from fusecheck.run import run_check
+from fusecheck.check import run_check
 from fusecheck.train.run import run_train
 
 PLANTS = "tests/planted/train_plants.py:"
@@ -58,14 +58,14 @@ def test_update_applied_twice_every_third_step_is_caught_at_the_first_double():
 
 
 def test_a_plant_the_one_step_check_catches_is_caught_at_step_0():
-    one_step = run_check(load_target(MLP), backend="tests/planted_backends.py:bf16_matmul", dtype="fp32", train=True)
+    one_step = run_check(load_target(MLP), backend="tests/planted/backends.py:bf16_matmul", dtype="fp32", train=True)
     assert not one_step.passed
-    r = train(MLP, backend="tests/planted_backends.py:bf16_matmul", dtype="fp32", steps=2, band_runs=4)
+    r = train(MLP, backend="tests/planted/backends.py:bf16_matmul", dtype="fp32", steps=2, band_runs=4)
     assert r.exit_code == 1 and r.first_failed_step == 0 and "loss" in r.left_band()
 
 
 def test_nan_in_compiled_is_a_failure_never_a_pass():
-    r = train(MLP, backend="tests/planted_backends.py:inject_nan", dtype="fp32", steps=1, band_runs=2)
+    r = train(MLP, backend="tests/planted/backends.py:inject_nan", dtype="fp32", steps=1, band_runs=2)
     assert r.exit_code == 1
     assert r.results[0].judged["loss"].row.verdict.code == "nan_inf_mismatch"
 
@@ -119,7 +119,7 @@ def test_shadow_on_the_host_gives_the_same_verdicts():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("target", [MLP, "models/transformer_block.py:build"])
+@pytest.mark.parametrize("target", [MLP, "fusecheck/builtin/transformer_block.py:build"])
 def test_stock_inductor_stays_in_the_band_in_bf16(target, seed):
     r = train(target, backend="inductor", dtype="bf16", steps=6, seed=seed)
     assert r.exit_code == 0, [(s.step, s.failed) for s in r.results if s.failed]

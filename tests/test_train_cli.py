@@ -1,6 +1,6 @@
 """`fusecheck train` from the command line: exit codes, the text verdict, --json/--html/--junit, usage errors.
 
-Run in-process through `fusecheck.cli.main`, with tiny models, few steps and a band of 2 runs; the planted
+Run in-process through `fusecheck.cli.main.main`, with tiny models, few steps and a band of 2 runs; the planted
 backends (tests/planted/train_plants.py) run the captured graphs, so only one test pays an Inductor compile.
 """
 import contextlib
@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fusecheck.cli import main
+from fusecheck.cli.main import main
 
 MLP = "models/mlp.py:build"
 TARGETS = "tests/planted/train_targets.py:build"

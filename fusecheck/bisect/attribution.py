@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 
 from fusecheck.compare import compare
-from fusecheck.golden import cast_tree
+from fusecheck.runs.cast import cast_tree
 
 
 @dataclass
@@ -202,7 +202,7 @@ def attribute(cap: Captured, census: Any, policy: Any, *,
     rows: list[KernelRow] = []
     notes: list[str] = [cap.error] if cap.error else []
     if census is None:
-        return rows, notes + ["no kernel census (fusecheck.passes.census unavailable)"], 0
+        return rows, notes + ["no kernel census (fusecheck.toggles.census unavailable)"], 0
     done = 0
     for g, gm in enumerate(cap.graphs):
         if g not in cap.inputs:

@@ -10,7 +10,7 @@ from fusecheck.backends import resolve_backend
 from fusecheck.bisect.gates import Decision
 from fusecheck.bisect.graph_split import Splitter, capture_graph
 from fusecheck.bisect.result import BisectResult, Culprit
-from fusecheck.golden import prepare_case
+from fusecheck.runs.cast import prepare_case
 from fusecheck.policy import Policy
 from fusecheck.check import CheckOptions, CompileError, report_dtype, run_check
 

@@ -16,7 +16,7 @@ from fusecheck.bisect.report import format_result
 from fusecheck.bisect.search import bisect
 from fusecheck.case import TargetError, load_target, refuse_meta
 from fusecheck.check import CheckOptions
-from fusecheck.outputs import write_reports
+from fusecheck.cli.report_paths import write_reports
 from fusecheck.policy import Policy
 
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_meta(case)
     opts = CheckOptions.from_args(args, policy=policy)
     if opts.toggles:
-        from fusecheck.passes import resolve
+        from fusecheck.toggles import resolve
         for t in resolve(opts.toggles):  # an unknown or unsupported toggle: exit 2 before any compile
             t.check()
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731

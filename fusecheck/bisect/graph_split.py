@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 
 from fusecheck.compare import compare
-from fusecheck.golden import cast_tree
+from fusecheck.runs.cast import cast_tree
 
 _COMPUTE = ("call_function", "call_method")
 

@@ -13,11 +13,11 @@ import torch
 from fusecheck.capture import GraphCapture
 from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.decisions.follow import Recorder
-from fusecheck.digest import digest
+from fusecheck.golden.choices.follow import Recorder
+from fusecheck.runs.digest import digest
 from fusecheck.errors import CompileError
-from fusecheck.execute import RunResult
-from fusecheck.watchdog import phase
+from fusecheck.runs.execute import RunResult
+from fusecheck.cli.watchdog import phase
 
 # compiling(capture) -> a context that yields the compiled callable and undoes the compile on exit
 Compiling = Callable[[GraphCapture], ContextManager[Any]]

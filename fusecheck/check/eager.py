@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.digest import digest
+from fusecheck.runs.digest import digest
 from fusecheck.errors import TargetError
-from fusecheck.execute import RunResult, rng_changed, rng_states
-from fusecheck.watchdog import phase
+from fusecheck.runs.execute import RunResult, rng_changed, rng_states
+from fusecheck.cli.watchdog import phase
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Stage: the golden, judged row by row as its results arrive. One pass per set of choices to follow
-(fusecheck/decisions/passes.py); ops with no kernel in the golden dtype fall back one step lower
+(fusecheck/golden/choices/passes.py); ops with no kernel in the golden dtype fall back one step lower
 (golden_fallback.py), and the report names them. How the golden runs (whole copy, streamed, sharded) is the
 caller's `golden(sink)`."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from fusecheck.check.compiled import CompiledRuns
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.decisions.passes import golden_passes
+from fusecheck.golden.choices.passes import golden_passes
 from fusecheck.errors import GoldenError
-from fusecheck.golden_fallback import GoldenFallback
-from fusecheck.watchdog import phase
+from fusecheck.golden.fallback import GoldenFallback
+from fusecheck.cli.watchdog import phase
 
 Sink = Callable[[str, torch.Tensor], None]
 

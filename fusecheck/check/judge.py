@@ -10,10 +10,10 @@ from fusecheck.check.compiled import CompiledRuns
 from fusecheck.check.eager import EagerRuns
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.compare import Comparison, input_error
-from fusecheck.decisions.tap import decision_nodes
-from fusecheck.precision_notes import eager_precision_notes
-from fusecheck.rows import RowJudge
-from fusecheck.watchdog import phase
+from fusecheck.golden.choices.tap import decision_nodes
+from fusecheck.check.precision_notes import eager_precision_notes
+from fusecheck.check.rows import RowJudge
+from fusecheck.cli.watchdog import phase
 
 
 def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_doubts: bool = True) -> RowJudge:

@@ -14,8 +14,8 @@ import torch
 from fusecheck.backends import Backend
 from fusecheck.case import Case
 from fusecheck.check.options import CheckOptions
-from fusecheck.execute import RunResult
-from fusecheck.memory import MemoryLog, OutOfMemory, is_oom, oom_message
+from fusecheck.runs.execute import RunResult
+from fusecheck.runs.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.policy import Policy
 
 # run(fn, *, cotangents=None, digests_only=False, differs_from=None) -> RunResult: the target run once

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from fusecheck.capture import CapturedGraph
 from fusecheck.compare import Comparison, Status
 from fusecheck.policy import Policy
-from fusecheck.streamed.per_block import BlockVerdict, first_worse
+from fusecheck.golden.streamed.per_block import BlockVerdict, first_worse
 
 
 def rows_exit_code(rows: Iterable[Comparison]) -> int:

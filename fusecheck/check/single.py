@@ -2,7 +2,7 @@
 golden (whole copy or streamed block by block) -> per-block replays -> judge -> report.
 
 The repeat runs are kept as bit digests, the golden is streamed block by block when the model has blocks
-(fusecheck/streamed/), and each gradient row is judged as soon as its golden exists: a check holds the model,
+(fusecheck/golden/streamed/), and each gradient row is judged as soon as its golden exists: a check holds the model,
 eager's and compiled's results, and one fp64 block, never a whole fp64 copy of the model.
 """
 from __future__ import annotations
@@ -24,17 +24,17 @@ from fusecheck.check.report import CheckReport
 from fusecheck.compare.noise_band import eager_spread
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.errors import TargetError
-from fusecheck.execute import module_tensors, run_once, state_snapshot
-from fusecheck.golden import prepare_case
-from fusecheck.golden_runs import GOLDEN_MODES, GoldenRequest
-from fusecheck.passes import not_applying, toggled
-from fusecheck.passes.census import collecting_census
+from fusecheck.runs.execute import module_tensors, run_once, state_snapshot
+from fusecheck.runs.cast import prepare_case
+from fusecheck.golden.modes import GOLDEN_MODES, GoldenRequest
+from fusecheck.toggles import not_applying, toggled
+from fusecheck.toggles.census import collecting_census
 from fusecheck.policy import Policy
-from fusecheck.precision_notes import pinned_fp32, pinned_note
-from fusecheck.settle import NOISE_BAND_RUNS, settle
-from fusecheck.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
-from fusecheck.streamed.plan import BlockPlan, make_plan
-from fusecheck.watchdog import phase
+from fusecheck.check.precision_notes import pinned_fp32, pinned_note
+from fusecheck.check.settle import NOISE_BAND_RUNS, settle
+from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
+from fusecheck.golden.streamed.plan import BlockPlan, make_plan
+from fusecheck.cli.watchdog import phase
 
 
 def run_check(case: Case, options: CheckOptions | None = None, **fields: Any) -> CheckReport:

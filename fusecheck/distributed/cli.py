@@ -142,7 +142,7 @@ def run(args) -> int:
 
 
 def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
-    from fusecheck import watchdog
+    from fusecheck.cli import watchdog
     from fusecheck.distributed.runner import check
     reports = {}
     for p in planned:

@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 
-from fusecheck.dist_cli import add_arguments
+from fusecheck.cli.dist import add_arguments
 from fusecheck.distributed.cli import run
 
 DEFAULT_TIME_LIMIT_S = 3600.0
@@ -14,7 +14,7 @@ DEFAULT_TIME_LIMIT_S = 3600.0
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m fusecheck.distributed` (also the torchrun entry): the same options as `fusecheck dist`."""
-    from fusecheck.watchdog import Watchdog
+    from fusecheck.cli.watchdog import Watchdog
     parser = argparse.ArgumentParser(prog="python -m fusecheck.distributed", description="check fused communication + compute kernels layer by layer")
     add_arguments(parser)
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="SECONDS",
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
-    from fusecheck.outputs import ReportWriteError
+    from fusecheck.cli.report_paths import ReportWriteError
     if not 0 <= args.time_limit < math.inf:
         print(f"fusecheck dist: error: --time-limit must be a finite number >= 0, not {args.time_limit}",
               file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The vocabulary `fusecheck dist` shares between its arguments (no torch, fusecheck/dist_cli.py) and its
+"""The vocabulary `fusecheck dist` shares between its arguments (no torch, fusecheck/cli/dist.py) and its
 checker (fusecheck/distributed/cli.py), so that neither imports the other."""
 
 from fusecheck import dtypes

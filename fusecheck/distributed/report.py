@@ -123,7 +123,7 @@ def write_json(rep: DistReport | dict, path: str | Path) -> None:
 
 def finish(planned: list, reports: dict, args) -> int:
     """Print every report (and a summary when there are several targets), write the JSON, return the exit code."""
-    from fusecheck.outputs import write_reports
+    from fusecheck.cli.report_paths import write_reports
     from fusecheck.report.html import write_html
     data = summary_json(planned, reports)
     first = reports.get(planned[0].ref)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fusecheck.check_cli import add_common_arguments, add_html_argument
+    from fusecheck.cli.check import add_common_arguments, add_html_argument
 
     add_common_arguments(p)
     p.add_argument("--toggles", "--toggle", dest="toggles", default=None, metavar="NAME[,NAME]",
@@ -24,16 +24,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, run_matrix: Callable[..., Any]) -> int:
     from fusecheck.case import load_target, refuse_meta
-    from fusecheck.outputs import write_reports
-    from fusecheck.passes import ToggleError
+    from fusecheck.cli.report_paths import write_reports
+    from fusecheck.toggles import ToggleError
     from fusecheck.policy import Policy
     from fusecheck.report.json_report import write_json
 
     toggles = None if args.toggles is None else [t.strip() for t in args.toggles.split(",") if t.strip()]
     if toggles is not None and not toggles:
         raise ToggleError("--toggles is empty; leave it out for every applicable toggle")
-    from fusecheck.progress import quiet_compiler_logs
-    from fusecheck.watchdog import phase
+    from fusecheck.cli.progress import quiet_compiler_logs
+    from fusecheck.cli.watchdog import phase
 
     phase(f"loading the target {args.target or '(built-in transformer block)'}")
     case = load_target(args.target, seed=args.seed)

@@ -1,4 +1,4 @@
-"""The checks behind each promise (names and meanings: fusecheck/passes/promises.py). A check reads the row's
+"""The checks behind each promise (names and meanings: fusecheck/toggles/promises.py). A check reads the row's
 check report, or runs the compiled model once more (batch invariance), and answers None (kept), or
 ("broken" | "unverified", why). A broken promise FAILs the row even when its numbers are not worse.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fusecheck.passes.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, RUN_TO_RUN
+from fusecheck.toggles.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, RUN_TO_RUN
 
 from .rows import MatrixRow
 
@@ -50,8 +50,8 @@ def _batch_invariant(row: MatrixRow, ctx: RowContext) -> Any:
     import torch
 
     from fusecheck.check import report_dtype
-    from fusecheck.golden import prepare_case
-    from fusecheck.passes import toggled
+    from fusecheck.runs.cast import prepare_case
+    from fusecheck.toggles import toggled
 
     from .batch import check_batch_invariance
 

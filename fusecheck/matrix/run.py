@@ -1,7 +1,7 @@
 """`run_matrix`: the baseline check, one check per toggle, optionally all together; each row's promises
 verified; when the all row is worse than every single row, the interaction search's rows.
 
-Each row is a full ``run_check`` under ``fusecheck.passes.toggled(row.toggles)``; its numbers are compared
+Each row is a full ``run_check`` under ``fusecheck.toggles.toggled(row.toggles)``; its numbers are compared
 with its reference row (the baseline, or ``max_autotune`` for ``fusion.template`` so that the difference
 is the template fusion alone). Toggles that cannot change the captured graphs are listed as "not
 applicable" instead of producing a row of identical numbers, and said in a note.
@@ -22,7 +22,7 @@ REFERENCE_ONLY = frozenset({"max_autotune"})
 
 def plan(toggles: Sequence[str] | None) -> list[str]:
     """Toggle names for the matrix: the requested ones (validated), or every toggle but reference-only ones."""
-    from fusecheck.passes import TOGGLES, resolve
+    from fusecheck.toggles import TOGGLES, resolve
 
     if toggles is None:
         return [n for n in TOGGLES if n not in REFERENCE_ONLY]
@@ -31,7 +31,7 @@ def plan(toggles: Sequence[str] | None) -> list[str]:
 
 
 def _unsupported(names: list[str], explicit: bool) -> dict[str, str]:
-    from fusecheck.passes import ToggleUnsupported, resolve
+    from fusecheck.toggles import ToggleUnsupported, resolve
 
     out: dict[str, str] = {}
     for name in names:
@@ -56,8 +56,8 @@ class RowRunner:
 
     def __call__(self, row: MatrixRow) -> MatrixRow:
         from fusecheck.check import CompileError, run_check
-        from fusecheck.passes import TOGGLES, ToggleError
-        from fusecheck.passes.promises import promised
+        from fusecheck.toggles import TOGGLES, ToggleError
+        from fusecheck.toggles.promises import promised
 
         from .promises import verify
 
@@ -77,8 +77,8 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     that one is worse than every single row, the rows that name the interacting toggles."""
     from fusecheck.backends import resolve_backend
     from fusecheck.case import TargetError
-    from fusecheck.passes import TOGGLES, applicability
-    from fusecheck.progress import step
+    from fusecheck.toggles import TOGGLES, applicability
+    from fusecheck.cli.progress import step
 
     from .interactions import search
 
@@ -94,7 +94,7 @@ def run_matrix(case: Case, toggles: Sequence[str] | None = None, all_together: b
     report = MatrixReport(case.name)
     step(1, 1 + len(names), BASELINE)  # the total is known once applicability is (after the baseline)
     from fusecheck.check import run_check
-    from fusecheck.passes.promises import NOT_WORSE
+    from fusecheck.toggles.promises import NOT_WORSE
 
     base = MatrixRow(BASELINE, (), promises=(NOT_WORSE,))
     base.report = run_check(case, toggles=(), **run_check_kwargs)  # a baseline that cannot compile: exit 3

@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 from fusecheck import dtypes
-from fusecheck.repeats import add_repeat_arguments, repeats
+from fusecheck.cli.repeats import add_repeat_arguments, repeats
 
 DEFAULT_REPEAT = 10  # as `dist`: enough to tell a frequent race from a constant bug; --rate-bound for a bound
 
@@ -25,8 +25,8 @@ def dtype_list(text: str) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fusecheck.check_cli import add_html_argument
-    from fusecheck.cli import seed
+    from fusecheck.cli.check import add_html_argument
+    from fusecheck.cli.main import seed
     p.add_argument("target", metavar="FILE.py:Spec", help="a fusecheck.op.OpSpec subclass (docs/op.md)")
     p.add_argument("--dtype", type=dtype_list, default=None, metavar="LIST",
                    help="comma-separated dtypes, all checked in this one call (default: the spec's dtypes, "
@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.op.report import format_op_report
     from fusecheck.op.run import check_op
     from fusecheck.op.spec import KernelError, SpecError, load_spec, spec_folder_on_path
-    from fusecheck.outputs import write_reports
+    from fusecheck.cli.report_paths import write_reports
     from fusecheck.policy import Policy
     from fusecheck.report.json_report import write_json
     from fusecheck.report.junit import write_junit
-    from fusecheck.watchdog import phase
+    from fusecheck.cli.watchdog import phase
 
     started = time.monotonic()
     n, how = repeats(args, DEFAULT_REPEAT)

@@ -52,7 +52,7 @@ def run_repeats(args: argparse.Namespace, check_once: Callable[[int], Any], defa
 def repeat_check(check_once: Callable[[int], Any], *, repeat: int | None = None, rate_bound: float | None = None,
                  seed: int = 0, train: bool = False, default: int = 1) -> RepeatedCheck:
     """`check_once(seed + i)` for i < N (N: `repeat`, raised to what `rate_bound` needs), every run judged."""
-    from fusecheck.repeats import repeats
+    from fusecheck.cli.repeats import repeats
     n, how = repeats(argparse.Namespace(repeat=repeat, rate_bound=rate_bound), default)
     shown, failures, statuses = None, 0, []
     for i in range(n):

@@ -29,7 +29,7 @@ def error_reports_for(args: argparse.Namespace, started: float) -> Callable[[str
     def write(message: str, exit_code: int) -> None:
         import sys
 
-        from fusecheck.outputs import ReportWriteError, write_reports
+        from fusecheck.cli.report_paths import ReportWriteError, write_reports
         from fusecheck.report.html import write_html
         from fusecheck.report.json_report import write_json
         from fusecheck.report.junit import write_junit_error

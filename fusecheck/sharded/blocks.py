@@ -1,5 +1,5 @@
 """Per-block verdicts on a sharded model: each block's eager, compiled and golden-dtype (fp64) result on eager's own input
-to it, on every rank (fusecheck/streamed/per_block.py's idea; its recorder and compiled replay are reused).
+to it, on every rank (fusecheck/golden/streamed/per_block.py's idea; its recorder and compiled replay are reused).
 
 The fp64 replay differs: under FSDP a block holds only its shard between calls, and upcasting that shard
 before the call would let FSDP's hook put the run-dtype parameters back. So the block is gathered
@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 
 from fusecheck.compare import compare
-from fusecheck.execute import flatten_outputs
-from fusecheck.golden import cast_tree
+from fusecheck.runs.execute import flatten_outputs
+from fusecheck.runs.cast import cast_tree
 from fusecheck.policy import Policy
-from fusecheck.streamed.per_block import BlockRecorder, BlockVerdict
-from fusecheck.streamed.upcast import upcast
+from fusecheck.golden.streamed.per_block import BlockRecorder, BlockVerdict
+from fusecheck.golden.streamed.upcast import upcast
 
 
 def judge_sharded_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.device,

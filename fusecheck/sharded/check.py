@@ -1,7 +1,7 @@
 """The check on one rank of a sharded model: eager, compiled (per block) and the streamed fp64 golden, with
 this rank's outputs and gradient shards judged by the single-process core (`RowJudge`, `compare`).
 
-The golden runs the model's own forward with one piece upcast at a time (fusecheck/streamed/). Under FSDP2
+The golden runs the model's own forward with one piece upcast at a time (fusecheck/golden/streamed/). Under FSDP2
 a block's pre-forward hook all-gathers its (run-dtype) parameters first, so the fp64 copy is made of the
 full block and freed right after it: memory per rank is the model's shard + one block in the run dtype
 (FSDP's own all-gather) + one fp64 block. Upcasting the local shard instead and letting FSDP all-gather in
@@ -35,18 +35,18 @@ from fusecheck.check.options import CheckOptions
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.check.single import report_dtype
 from fusecheck.devices import resolve_device
-from fusecheck.digest import digest
+from fusecheck.runs.digest import digest
 from fusecheck.distributed.worker import backend_raised
 from fusecheck.errors import TargetError
-from fusecheck.execute import RunResult, run_once
-from fusecheck.golden import cast_tree
+from fusecheck.runs.execute import RunResult, run_once
+from fusecheck.runs.cast import cast_tree
 from fusecheck.policy import Policy
-from fusecheck.precision_notes import pinned_fp32, pinned_note
+from fusecheck.check.precision_notes import pinned_fp32, pinned_note
 from fusecheck.sharded import shard
 from fusecheck.sharded.blocks import judge_sharded_blocks
-from fusecheck.streamed.golden import StreamedGolden
-from fusecheck.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
-from fusecheck.streamed.plan import make_plan
+from fusecheck.golden.streamed.golden import StreamedGolden
+from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
+from fusecheck.golden.streamed.plan import make_plan
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

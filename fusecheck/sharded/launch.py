@@ -72,7 +72,7 @@ def launch(args: argparse.Namespace) -> int:
 
     from fusecheck.sharded.rank import refuse_unsupported
     from fusecheck.sharded.ranks import DIR_ENV, name_culprits, read_statuses
-    from fusecheck.watchdog import phase
+    from fusecheck.cli.watchdog import phase
 
     from fusecheck.report.on_error import error_reports_for
     started = time.monotonic()

@@ -33,7 +33,7 @@ def run_rank(args: argparse.Namespace) -> int:
     from fusecheck.policy import Policy
     from fusecheck.sharded import shard
     from fusecheck.sharded.check import check_rank
-    from fusecheck.watchdog import phase
+    from fusecheck.cli.watchdog import phase
 
     rank = int(os.environ["RANK"])
     status = RankStatus(rank)
@@ -107,7 +107,7 @@ def main() -> int:
     """Entry of `--nproc`: the parsed `fusecheck check` arguments, then the same error handling as the CLI."""
     import types
 
-    from fusecheck.cli import run_command
+    from fusecheck.cli.main import run_command
     from fusecheck.distributed.worker import _die_with_parent
     _die_with_parent()  # the launcher killed (time limit, Ctrl-C): no rank keeps holding a GPU
     with open(sys.argv[1], "rb") as f:

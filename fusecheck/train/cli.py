@@ -31,8 +31,8 @@ def _positive_float(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fusecheck.check_cli import add_dtype_argument, add_html_argument
-    from fusecheck.cli import seed
+    from fusecheck.cli.check import add_dtype_argument, add_html_argument
+    from fusecheck.cli.main import seed
     p.add_argument("target", nargs="?", default=None,
                    help="FILE.py:NAME, where NAME() returns a fusecheck Case or (model, inputs); the Case or its "
                         "module may define batches(step) and loss(output, batch) (default: a built-in "
@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _write_all(args: argparse.Namespace, data: dict, junit, verdict: str = "") -> None:
-    from fusecheck.outputs import write_reports
+    from fusecheck.cli.report_paths import write_reports
     from fusecheck.report.json_report import write_json
     from fusecheck.train.html import write_train_html
     write_reports([("--json", args.json_path, lambda: write_json(data, args.json_path)),
@@ -82,14 +82,14 @@ def run(args: argparse.Namespace) -> int:
 
     from fusecheck.case import load_target, refuse_meta
     from fusecheck.report.on_error import target_id
-    from fusecheck.cli import usage_errors
-    from fusecheck.outputs import ReportWriteError
+    from fusecheck.cli.main import usage_errors
+    from fusecheck.cli.report_paths import ReportWriteError
     from fusecheck.policy import Policy
-    from fusecheck.progress import quiet_compiler_logs
+    from fusecheck.cli.progress import quiet_compiler_logs
     from fusecheck.report.junit import write_junit_error
     from fusecheck.train.report import format_train, step_dict, write_junit_train
     from fusecheck.train.run import run_train
-    from fusecheck.watchdog import on_timeout, phase
+    from fusecheck.cli.watchdog import on_timeout, phase
 
     started = time.monotonic()
     suite = target_id(args.target)

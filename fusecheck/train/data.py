@@ -16,8 +16,8 @@ from typing import Any, Callable
 import torch
 
 from fusecheck.case import Case, TargetError
-from fusecheck.execute import flatten_outputs, make_cotangents
-from fusecheck.golden import cast_tree
+from fusecheck.runs.execute import flatten_outputs, make_cotangents
+from fusecheck.runs.cast import cast_tree
 
 
 def target_module(spec: str | None) -> Any:

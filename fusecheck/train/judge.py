@@ -22,7 +22,7 @@ from fusecheck.compare import Comparison, compare
 from fusecheck.compare.metrics import multi_pair_metrics
 from fusecheck.compare.scale import applied_thresholds
 from fusecheck.policy import Policy
-from fusecheck.rows import _worst
+from fusecheck.check.rows import _worst
 from fusecheck.train.settle import settle
 
 

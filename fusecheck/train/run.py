@@ -20,18 +20,18 @@ from fusecheck.backends import resolve_backend
 from fusecheck.case import Case, TargetError
 from fusecheck.compare.noise_band import RandomRounding
 from fusecheck.devices import resolve_device, resolve_dtype
-from fusecheck.golden import cast_tree, golden_case, prepare_case
-from fusecheck.golden_fallback import GoldenError, GoldenFallback
-from fusecheck.memory import MemoryLog, OutOfMemory, is_oom, oom_message
+from fusecheck.runs.cast import cast_tree, golden_case, prepare_case
+from fusecheck.golden.fallback import GoldenError, GoldenFallback
+from fusecheck.runs.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.policy import Policy
-from fusecheck.run import CompileError
-from fusecheck.progress import step as progress_step
+from fusecheck.check import CompileError
+from fusecheck.cli.progress import step as progress_step
 from fusecheck.train.data import stream_for
 from fusecheck.train.groups import parameter_groups
 from fusecheck.train.judge import StepResult, judge_quantity
 from fusecheck.train.optimizers import OPTIMIZERS
 from fusecheck.train.trajectory import Trajectory
-from fusecheck.watchdog import phase
+from fusecheck.cli.watchdog import phase
 
 BAND_RUNS = 8  # K: with eager, 9 draws of a correct run; a correct compiled scalar (the loss) beyond 3x all of
 # them has probability 5e-4 per step (noise_band.null_tail(3, runs=8, ratio=1)), 0.6% at K = 4

@@ -7,7 +7,7 @@ constants outside the blocks. `casts_build`: the same reads in an fp32 model who
 give the whole-model golden.
 
 Backends: `faithful` runs the captured graph as it is (a user backend that must PASS); `drop_upcast`
-(tests/planted_backends.py) loses the fp32 residual; `bf16_matmul` computes the matmuls in bf16.
+(tests/planted/backends.py) loses the fp32 residual; `bf16_matmul` computes the matmuls in bf16.
 """
 import torch
 from torch.fx import Interpreter

@@ -9,7 +9,7 @@ uncompilable fails that probe only (the search reports the compile error). Entri
 return their input (views, detach, alias, nop_decomposition) are never decisions: refusing them changes
 the graph's structure (and with it which pattern-conditional passes fire) without changing arithmetic.
 
-Implicit fallbacks made for refused ops are deliberate ones (`fusecheck.passes.fallbacks`, shared with the
+Implicit fallbacks made for refused ops are deliberate ones (`fusecheck.toggles.fallbacks`, shared with the
 `decompositions` toggle): `make_fallback` is told the op's decomposition was overridden, and the registries
 it writes are restored on exit, so the gate leaves Inductor's tables as it found them.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 from unittest import mock
 
 from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
-from fusecheck.passes.fallbacks import deliberate_fallbacks
+from fusecheck.toggles.fallbacks import deliberate_fallbacks
 
 # decompositions that copy or re-wrap their input: no arithmetic to be wrong about
 _NOOP_FNS = ("nop_decomposition", "noop", "_noop")

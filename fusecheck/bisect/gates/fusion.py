@@ -62,10 +62,10 @@ def held_off(blocked: frozenset[str], graph: int, o1: set[str], o2: set[str]) ->
 
 def install(log: DecisionLog):
     try:
-        from fusecheck.passes.hooks import fusion_veto
-        from fusecheck.passes.errors import ToggleUnsupported
+        from fusecheck.toggles.hooks import fusion_veto
+        from fusecheck.toggles.errors import ToggleUnsupported
     except ImportError as exc:
-        raise GateUnavailable(f"fusion gate needs fusecheck.passes.hooks: {exc}") from exc
+        raise GateUnavailable(f"fusion gate needs fusecheck.toggles.hooks: {exc}") from exc
     from torch._inductor.virtualized import V
 
     keys: dict[tuple[Any, str, str], str] = {}   # (graph, name1, name2) -> origin key, this compile

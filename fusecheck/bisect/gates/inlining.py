@@ -13,10 +13,10 @@ from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
 
 def install(log: DecisionLog):
     try:
-        from fusecheck.passes.hooks import inline_veto, ir_kind
-        from fusecheck.passes.errors import ToggleUnsupported
+        from fusecheck.toggles.hooks import inline_veto, ir_kind
+        from fusecheck.toggles.errors import ToggleUnsupported
     except ImportError as exc:
-        raise GateUnavailable(f"inlining gate needs fusecheck.passes.hooks: {exc}") from exc
+        raise GateUnavailable(f"inlining gate needs fusecheck.toggles.hooks: {exc}") from exc
     from torch._inductor.virtualized import V
 
     def veto(n: torch.fx.Node, value: Any) -> bool:

@@ -2,7 +2,7 @@
 `*_custom_pre_pass` / `*_custom_post_pass` slots), named by the pass function, not just the slot, and by
 the graph it ran on (forward, backward and graph-break graphs each run every pass).
 
-fusecheck's cache salt (`fusecheck.passes.salt`) occupies `post_grad_custom_pre_pass` and wraps any pass a
+fusecheck's cache salt (`fusecheck.toggles.salt`) occupies `post_grad_custom_pre_pass` and wraps any pass a
 user put there: the wrapper itself changes nothing, so each pass it wraps is a decision of its own, named as
 the user's pass, and a wrapper that wraps nothing is infrastructure, never a decision.
 """
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from fusecheck.bisect.gates.base import DecisionLog, GateUnavailable
 
-_INFRA_MODULES = ("fusecheck.passes",)
+_INFRA_MODULES = ("fusecheck.toggles",)
 
 
 def pass_label(pass_fn: Any) -> str:

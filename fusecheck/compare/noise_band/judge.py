@@ -60,7 +60,7 @@ def judge_band(compiled: torch.Tensor, eager: torch.Tensor, golden: torch.Tensor
     false-alarm level (Bonferroni over the ladder). `dtype`: whose unit roundoff and ulp (default: eager's).
     `abs_floor`: the band's absolute floor (default: the smallest normal of the dtype). `c`: fix the spread's
     scale instead of measuring it (`calibrate`). `eager_golden`: eager's own golden when the row's golden
-    followed compiled's near-tied decisions (fusecheck/decisions/): eager's error is then the worse of its
+    followed compiled's near-tied decisions (fusecheck/golden/choices/): eager's error is then the worse of its
     error against both, as rows.py does for the per-octave MaxRel (c is measured against its own golden).
     `calibration`: `Spread.calibration(name)`, (first run's spread, max of the others'): c is then measured on
     elements whose first run moved them by >= 2 ulps, as median(rest / |e|) / median(max of K-1 |N| / |N|),

@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.case import Case
-from fusecheck.execute import StateSnapshot, restore_state, run_once, state_snapshot
+from fusecheck.runs.execute import StateSnapshot, restore_state, run_once, state_snapshot
 from fusecheck.compare.noise_band.rounding import PERTURBED_DTYPES, RandomRounding, flip_last_bits
 
 # --- eager_spread ---------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
                  eager: dict[str, torch.Tensor] | None = None, pin_decisions: bool = True,
                  reassociate: bool = True, flip: float = 0.125, how: str = "ops",
                  keep_runs: bool | None = None) -> Spread:
-    """Per-element rounding-noise spread of eager: `runs` (K) extra runs of `fusecheck.execute.run_once(
+    """Per-element rounding-noise spread of eager: `runs` (K) extra runs of `fusecheck.runs.execute.run_once(
     model_fn, case, train=..., cotangents=..., state=...)` under `RandomRounding` (module docstring), each
     result's spread = max over the K runs of |perturbed - eager|.
 

@@ -1,0 +1,129 @@
+"""Settling the rows the golden checks failed, against eager's family and eager's per-element noise band.
+
+Why: every golden check holds compiled to a ratio of eager's error, and eager's error is one draw. A row
+those checks failed is not a verdict yet: eager is run a few more times under randomised rounding
+(fusecheck/compare/noise_band.py), which gives
+1. eager's family (fusecheck/compare/family.py): the aggregate checks (RMSE, mean relative error,
+   small-value counts) are judged again against the median of eager and K eager-like runs, so a lucky draw
+   of eager (a few elements, an exact cancellation, a few amplified roundings) does not fail a correct
+   compile; where eager has no significant digit at all, the row is judged on RMSE alone;
+2. each element's noise band: a row only the per-element (max-type) checks still fail is judged element by
+   element, and fails only when compiled is beyond the band on more elements than chance allows (whether
+   eager is accurate at an element depends on how it was computed, not on its value).
+Rows no check doubted cost nothing: the extra eager runs happen only when some row is in doubt, and only its
+results are kept.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterable
+
+from fusecheck.compare import Comparison, Status, Verdict, compare
+from fusecheck.compare.family import Family, family_of, judge_without_digits
+from fusecheck.compare.noise_band import Spread, judge_band
+from fusecheck.check.rows import Doubt, RowJudge, per_element_only
+
+NOISE_BAND_RUNS = 8  # K randomised-rounding eager runs: the band is the max of K + 1 draws per element; K = 8
+# keeps a lone bf16 element at twice its value caught (K = 4 needs eight such elements; noise_band.py)
+
+OUTCOMES = {  # how a doubted row ended, as the report's note counts them
+    "family": "not worse than eager's family",
+    "no_digits": "without a significant digit in eager, not worse on RMSE",
+    "band": "within each element's noise band",
+    "failed": "still worse",
+}
+
+
+def settle(judge: RowJudge, measure: Callable[[Iterable[str]], Spread]) -> list[str]:
+    """Re-judge `judge.doubtful` rows against eager's family and noise band; `measure(names)` runs the
+    perturbed eager runs (keeping each run's difference: `Spread.diffs`). Returns the report's notes; the
+    doubts are consumed."""
+    if not judge.doubtful:
+        return []
+    spread = measure(sorted(judge.doubtful))
+    outcomes: Counter[str] = Counter()
+    for name, doubt in judge.doubtful.items():
+        row = judge.rows.get(name)
+        if row is None:
+            continue
+        outcome = _settle_row(row, doubt, spread, judge, name)
+        outcomes[outcome] += 1
+        if outcome != "failed" and name in judge.compiled_noisy:
+            row.notes.append("compiled output changed between two runs with the same inputs; both runs are judged "
+                             "against the golden and neither is worse than eager")
+    doubted = len(judge.doubtful)
+    judge.doubtful.clear()  # the eager, golden and compiled tensors they held are released here
+    counts = ", ".join(f"{outcomes[k]} {text}" for k, text in OUTCOMES.items() if outcomes[k])
+    notes = [f"settling: {doubted} row(s) failed by the golden checks against eager's one run were judged "
+             f"again against {spread.runs} randomised-rounding eager runs: {counts}"]
+    return notes + list(spread.notes)
+
+
+def _settle_row(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, name: str) -> str:
+    policy = judge.policy
+    base = row.reference_vs_golden or compare(doubt.eager, doubt.eager, doubt.golden, policy=policy,
+                                              name=name).vs_golden
+    family = family_of(base, doubt.golden, spread.diffs.get(name, []), policy, doubt.eager.dtype, name)
+    flagged = "; ".join(f for _, _, v in doubt.runs for f in v.failed_checks)
+    if not family.significant:
+        judged = [(call, judge_without_digits(result, doubt.golden, family, policy, name))
+                  for call, result, _ in doubt.runs]
+        failing = [(call, v) for call, v in judged if not v.passed]
+        if failing:
+            _still_failing(row, failing[0][0], failing[0][1].message, failing[0][1].margins)
+            return "failed"
+        row.verdict = Verdict(Status.PASS, "not_worse_than_eager", f"the golden checks flagged {flagged}, but "
+                              + judged[0][1].message, margins={**row.verdict.margins, **judged[0][1].margins})
+        return "no_digits"
+    rejudged = [(call, result, compare(result, doubt.eager, doubt.golden, policy=policy, name=name,
+                                       reference_vs_golden=family.metrics).verdict)
+                for call, result, _ in doubt.runs]
+    remaining = [(call, result, v) for call, result, v in rejudged if not v.passed]
+    if not remaining:
+        calls = " and ".join(call for call, _, _ in rejudged)
+        row.verdict = Verdict(Status.PASS, "not_worse_than_eager",
+                              f"the golden checks flagged {flagged} against eager's one run, but against eager's "
+                              f"family ({_family_text(family)}) compiled ({calls} call) is not worse",
+                              margins=rejudged[0][2].margins)
+        return "family"
+    if all(per_element_only(v) for _, _, v in remaining):
+        return _band(row, doubt, remaining, spread, judge, name, flagged)
+    call, _, v = remaining[0]
+    _still_failing(row, call, f"against eager's family ({_family_text(family)}) too: {v.message}", v.margins)
+    return "failed"
+
+
+def _family_text(family: Family) -> str:
+    return (f"eager and {family.runs} randomised-rounding eager runs, per metric the median; "
+            f"RMSE {family.rmse[0]:.3g} for eager, typical {family.typical_rmse:.3g}")
+
+
+def _still_failing(row: Comparison, call: str, why: str, margins: dict) -> None:
+    v = row.verdict
+    row.verdict = Verdict(v.status, v.code, f"{v.message}; and {why} ({call} compiled call)", v.failed_checks,
+                          {**v.margins, **{f"settled.{k}": m for k, m in margins.items()}})
+
+
+def _band(row: Comparison, doubt: Doubt, remaining, spread: Spread, judge: RowJudge, name: str,
+          flagged: str) -> str:
+    """Only the per-element checks still fail: each element against its own noise band."""
+    ratios = judge.policy.ratios
+    bands = [(call, judge_band(result, doubt.eager, doubt.golden, spread.get(name), runs=spread.runs,
+                               calibration=spread.calibration(name), ratio=ratios.rmse,
+                               alpha=ratios.max_rel_alpha))
+             for call, result, _ in remaining]
+    margin = max(b.margin for _, b in bands)
+    margins = {**row.verdict.margins, "noise_band": margin}
+    failing = [(call, b) for call, b in bands if not b.passed]
+    if failing:
+        call, band = failing[0]
+        v = row.verdict
+        row.verdict = Verdict(v.status, v.code, f"{v.message}; and beyond eager's noise band ({call} "
+                              f"compiled call): {band.message}", v.failed_checks, margins)
+        return "failed"
+    calls = " and ".join(call for call, _ in bands)
+    row.verdict = Verdict(Status.PASS, "not_worse_than_eager",
+                          f"the per-element checks flagged {flagged}, but compiled ({calls} call) is within "
+                          f"each element's noise band, measured from {spread.runs} randomised-rounding eager "
+                          f"runs: {bands[0][1].message}", margins=margins)
+    return "band"

@@ -1,0 +1,211 @@
+"""Dynamo backends with planted numerics bugs: the checker must fail each of them.
+
+They run the captured FX graph through an Interpreter that changes one kind of op, the way a broken
+fusion compiler would. Usable from the CLI too: `--backend tests/planted/backends.py:bf16_matmul`.
+"""
+import operator
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Interpreter
+
+
+def _lossy_bf16(fn):
+    def wrapped(*args, **kwargs):
+        out_dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+        cast = [a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        return fn(*cast, **kwargs).to(out_dtype)
+    return wrapped
+
+
+def _bf16_accumulated_sum(x, dim=None, keepdim=False, *, dtype=None, block: int = 4):
+    """Sum along `dim` adding `block` elements at a time with the running sum rounded to bf16."""
+    dims = [dim] if isinstance(dim, int) else list(dim or range(x.dim()))
+    out = x
+    for d in sorted((d % x.dim() for d in dims), reverse=True):
+        acc = torch.zeros_like(out.select(d, 0), dtype=torch.bfloat16)
+        for start in range(0, out.shape[d], block):
+            acc = (acc.float() + out.narrow(d, start, min(block, out.shape[d] - start)).float().sum(d)).to(torch.bfloat16)
+        out = acc.to(x.dtype if dtype is None else dtype)
+        if keepdim:
+            out = out.unsqueeze(d)
+    return out
+
+
+def _bf16_accumulated_mean(x, dim=None, keepdim=False, *, dtype=None):
+    n = x.numel() if dim is None else 1
+    for d in ([dim] if isinstance(dim, int) else list(dim or [])):
+        n *= x.shape[d]
+    return _bf16_accumulated_sum(x, dim, keepdim, dtype=dtype) / n
+
+
+class _Rewrite(Interpreter):
+    functions: dict = {}
+    methods: dict = {}
+
+    def call_function(self, target, args, kwargs):
+        return self.functions.get(target, target)(*args, **kwargs)
+
+    def call_method(self, target, args, kwargs):
+        if target in self.methods:
+            return self.methods[target](*args, **kwargs)
+        return super().call_method(target, args, kwargs)
+
+
+def _backend(rewrite_cls):
+    def backend(gm, example_inputs):
+        def run(*args):
+            return rewrite_cls(gm).run(*args)
+        return run
+    return backend
+
+
+class _Bf16Matmul(_Rewrite):
+    functions = {F.linear: _lossy_bf16(F.linear), torch.matmul: _lossy_bf16(torch.matmul),
+                 operator.matmul: _lossy_bf16(operator.matmul), torch.bmm: _lossy_bf16(torch.bmm),
+                 F.conv2d: _lossy_bf16(F.conv2d)}
+
+
+class _Bf16Accumulation(_Rewrite):
+    functions = {torch.sum: _bf16_accumulated_sum, torch.mean: _bf16_accumulated_mean}
+    methods = {"sum": _bf16_accumulated_sum, "mean": _bf16_accumulated_mean}
+
+
+class _DropUpcast(_Rewrite):
+    """Drops `.float()` and `.to(torch.float32)`: the region that eager upcasts stays in low precision."""
+
+    methods = {"float": lambda x: x}
+
+    def call_method(self, target, args, kwargs):
+        if target == "to" and (torch.float32 in args[1:] or kwargs.get("dtype") is torch.float32):
+            return args[0]
+        return super().call_method(target, args, kwargs)
+
+
+bf16_matmul = _backend(_Bf16Matmul)          # matmuls computed in bf16 inside an fp32 model
+bf16_accumulation = _backend(_Bf16Accumulation)  # reductions accumulated in bf16
+drop_upcast = _backend(_DropUpcast)           # a dropped fp32 upcast around a reduction
+
+
+def inject_nan(gm, example_inputs):
+    def run(*args):
+        out = gm(*args)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        first.view(-1)[0] = float("nan")
+        return out
+    return run
+
+
+def wrong_dtype(gm, example_inputs):
+    return lambda *args: [o.double() for o in gm(*args)]
+
+
+def wrong_shape(gm, example_inputs):
+    return lambda *args: [o.reshape(-1) for o in gm(*args)]
+
+
+def wrong_device(gm, example_inputs):
+    return lambda *args: [o.to("meta") for o in gm(*args)]
+
+
+def noisy(gm, example_inputs):
+    """Nondeterministic: a different tiny perturbation each call (like an unordered atomic reduction)."""
+    return lambda *args: [o + torch.randn_like(o) * 1e-3 if o.is_floating_point() else o for o in gm(*args)]
+
+
+def flip_one_bit(gm, example_inputs):
+    """Moves data correctly except one element, one ULP off: the data-movement rule must catch it."""
+    def run(*args):
+        outs = list(gm(*args))
+        o = outs[0].clone()
+        flat = o.view(-1)
+        flat[3] = torch.nextafter(flat[3], torch.tensor(float("inf"), dtype=o.dtype))
+        return [o, *outs[1:]]
+    return run
+
+
+def shift_outputs(gm, example_inputs):
+    """Every floating output 0.3 too large: a wrong result on any model."""
+    return lambda *args: [o + 0.3 if o.is_floating_point() else o for o in gm(*args)]
+
+
+def drop_mutations(gm, example_inputs):
+    """Runs the graph on copies of its inputs: outputs are right, in-place updates are lost."""
+    return lambda *args: gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+
+
+def hang(gm, example_inputs):
+    """A compiled region that never returns (a deadlocked kernel): the command must still end. With
+    FUSECHECK_TEST_HANG_MARKER set, it writes that file when the hang starts (tests wait for the phase, not
+    for a clock)."""
+    import os
+
+    def run(*args):
+        marker = os.environ.get("FUSECHECK_TEST_HANG_MARKER")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(f"{time.monotonic()}\n")
+        while True:
+            time.sleep(1)
+    return run
+
+
+def detach_outputs(gm, example_inputs):
+    """Right values, but the outputs are cut from autograd: no gradient can flow back."""
+    return lambda *args: [o.detach() for o in gm(*args)]
+
+
+def _wrong_on_call(n: int):
+    """A race that fires on exactly the n-th call of each compiled graph: 20% error on every fourth element
+    of its floating outputs; every other call is the graph's own result."""
+    def backend(gm, example_inputs):
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            outs = list(gm(*args))
+            if calls[0] != n:
+                return outs
+            bad = []
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    hit = (torch.arange(o.numel(), device=o.device) % 4 == 0).reshape(o.shape)
+                    o = torch.where(hit, o * 1.2, o)
+                bad.append(o)
+            return bad
+        return run
+    return backend
+
+
+first_call_race = _wrong_on_call(1)
+second_call_race = _wrong_on_call(2)
+
+
+def ulp_jitter(gm, example_inputs):
+    """Nondeterministic but harmless: every other call moves one element by one ULP (like atomic adds
+    landing in another order). Both runs are as accurate as eager."""
+    calls = [0]
+
+    def run(*args):
+        calls[0] += 1
+        outs = list(gm(*args))
+        if calls[0] % 2 == 0:
+            o = outs[0].clone()
+            o.view(-1)[0] = torch.nextafter(o.view(-1)[0], torch.tensor(float("inf"), dtype=o.dtype))
+            outs[0] = o
+        return outs
+    return run
+
+
+def flip_smallest(gm, example_inputs):
+    """The sign of the 6 smallest-magnitude elements of the first output flipped: a few elements wrong where
+    eager is accurate, which only the per-element checks see (the RMSE hardly moves)."""
+    def run(*args):
+        outs = list(gm(*args))
+        o = outs[0].clone()
+        flat = o.view(-1)
+        idx = flat.abs().argsort()[:6]
+        flat[idx] = -flat[idx]
+        return [o, *outs[1:]]
+    return run
