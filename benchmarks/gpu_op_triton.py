@@ -6,7 +6,7 @@ interpreter), with bigger shapes than the CPU tests, results as one JSON file.
 
 Every check is `python -m fusecheck op ... --device cuda` in a subprocess (TRITON_INTERPRET removed from its
 environment); the JSON has, per check, the command, exit code, verdict, the failing dtype[shape] keys, what was
-expected, whether it matched, the failure rates and the wall time; then tests/test_op_triton.py under pytest.
+expected, whether it matched, the failure rates and the wall time; then tests/op/test_op_triton.py under pytest.
 Exit 0 when every check matched its expectation (the two bf16-accumulation checks record what the verdict
 does; only the block-32 one is expected to FAIL, as measured on CPU). ~5-10 min on one H200 (most of it Triton compiles).
 """
@@ -82,7 +82,7 @@ def main() -> int:
     device = "cpu" if args.cpu_smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("gpu_op_triton: no CUDA device; this script is the GPU run (the CPU interpreter run is "
-              "tests/test_op_triton.py)", file=sys.stderr)
+              "tests/op/test_op_triton.py)", file=sys.stderr)
         return 2
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if args.cpu_smoke:
@@ -127,11 +127,11 @@ def main() -> int:
                   flush=True)
             Path(args.out).write_text(json.dumps(result, indent=1))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_op_triton.py"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/op/test_op_triton.py"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     result["pytest"] = {"exit": proc.returncode, "tail": proc.stdout[-2000:], "wall_s": round(time.monotonic() - t0, 1)}
     ok &= proc.returncode == 0
-    print(f"pytest tests/test_op_triton.py: exit {proc.returncode}", flush=True)
+    print(f"pytest tests/op/test_op_triton.py: exit {proc.returncode}", flush=True)
     result["all_matched"] = ok
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"all matched: {ok}; wrote {args.out}")

@@ -58,8 +58,8 @@ SUITES: dict[str, Suite] = {
         Step("compare", _py("benchmarks/compare.py", "--device", "{device}", "--sizes", "1e6,1.6e7,2.7e8",
                             "--repeat", "5", "--out", "{out}/compare.md"), 300),)),
     "compare-triton": Suite("the Triton comparison kernel: its tests, a launch-shape sweep, then compare.py (CUDA)", (
-        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_compare_triton.py",
-                          "tests/test_compare_equivalence.py"), 200),
+        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/compare/test_compare_triton.py",
+                          "tests/compare/test_compare_equivalence.py"), 200),
         Step("sweep", _py("benchmarks/triton_core.py", "--sizes", "1.6e7,2.7e8", "--sweep",
                           "--best-out", "{out}/best.txt"), 200),
         Step("split", _py("benchmarks/triton_split.py", "--per-sm", "8,12,16", "--groupings", "3"), 150),
@@ -67,8 +67,8 @@ SUITES: dict[str, Suite] = {
                             "--modes", "eager,compiled,triton", "--repeat", "5", "--out", "{out}/compare_triton.md"),
              200))),
     "compare-cpu": Suite("the C comparison core on this host's CPU at 2 threads (the acceptance's core count)", (
-        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "tests/test_cpu_core.py", "tests/test_compare_equivalence.py",
-                          "tests/test_compare.py"), 180),
+        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "tests/compare/test_cpu_core.py", "tests/compare/test_compare_equivalence.py",
+                          "tests/compare/test_compare.py"), 180),
         Step("two_threads", _py("benchmarks/compare.py", "--sizes", "1e6,1.6e7", "--repeat", "5", "--modes",
                                 "cpu_core,eager", "--threads", "2", "--out", "{out}/compare_cpu_t2.md"), 200))),
     "scale": Suite("the streamed golden at real sizes: 8B forward, 8B --train (regional), 1.1B --train", (
@@ -95,9 +95,9 @@ SUITES: dict[str, Suite] = {
     "dist": Suite("fusecheck dist: checks per second against spawn-per-test, planted races' rates", (
         Step("dist", _py("benchmarks/dist.py", "--races", "--out", "{out}/dist.md"), 900),)),
     "gpu-tests": Suite("the tests that need a GPU, on it", (
-        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/test_gpu.py",
-                          "tests/test_compare_triton.py", "tests/test_decisions.py", "tests/test_precision_notes.py",
-                          "tests/test_op_triton.py", "tests/test_settle.py", "tests/test_noise_band.py"), 600,
+        Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/check/test_gpu.py",
+                          "tests/compare/test_compare_triton.py", "tests/golden/test_decisions.py", "tests/check/test_precision_notes.py",
+                          "tests/op/test_op_triton.py", "tests/check/test_settle.py", "tests/compare/test_noise_band.py"), 600,
              {"CI": "1"}),)),
 }
 

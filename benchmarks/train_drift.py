@@ -105,6 +105,16 @@ def summary(paths: list[str]) -> int:
     return 0
 
 
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How each training run is made: shared with train_stability.py."""
+    p.add_argument("--seeds", type=seeds, default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--band-runs", type=int, default=8)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "summary":
@@ -112,12 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=["stability", "plants"], default="stability")
     p.add_argument("--targets", default="builtin,llama,gpt2,qwen2,bert", help="builtin, FILE.py:NAME or families")
-    p.add_argument("--seeds", type=seeds, default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--backend", default="inductor")
-    p.add_argument("--band-runs", type=int, default=8)
+    add_run_arguments(p)
     p.add_argument("--jsonl", default=None)
     args = p.parse_args(argv)
     out = open(args.jsonl, "a") if args.jsonl else None

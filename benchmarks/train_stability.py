@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_drift import build, seeds  # noqa: E402
+from train_drift import add_run_arguments, build  # noqa: E402
 
 KEY = ("target", "seed", "steps", "dtype", "backend", "device")
 
@@ -57,12 +57,7 @@ def run_one(target: str, seed: int, args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", default="bert,gpt2,llama,vit,t5,qwen2")
-    p.add_argument("--seeds", type=seeds, default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--backend", default="inductor")
-    p.add_argument("--band-runs", type=int, default=8)
+    add_run_arguments(p)
     p.add_argument("--jsonl", required=True)
     args = p.parse_args(argv)
     out = Path(args.jsonl)

@@ -58,7 +58,7 @@ class FusecheckFixture:
         each seed, a Case is checked as given), every run judged; the report then carries the failure rate,
         its Wilson 95% bound and its unit (notes, and `repeats` in to_dict())."""
         from fusecheck.case import as_case, load_target
-        from fusecheck.cli.main import usage_errors
+        from fusecheck.errors import UserError
         from fusecheck.op.fixture import repeated
         from fusecheck.policy import Policy
         from fusecheck.check import run_check
@@ -78,7 +78,7 @@ class FusecheckFixture:
             if report is None:
                 with _quiet_torch_logs():
                     report = run_check(case, **kwargs)
-        except usage_errors() as exc:
+        except UserError as exc:  # the user's mistake: one line, as the CLI says it
             pytest.fail(f"fusecheck: error: {exc}", pytrace=False)
         self.reports.append(report)
         out_dir = self._request.config.getoption("--fusecheck-json")

@@ -1,5 +1,5 @@
 """The comparison core as it was before the one-pass rewrite (issue 12), kept verbatim as the reference
-that tests/test_compare_equivalence.py holds the new core to: per-pair chunk walk, one accumulator function
+that tests/compare/test_compare_equivalence.py holds the new core to: per-pair chunk walk, one accumulator function
 per entry, and the per-tensor scale pre-pass. Not used by fusecheck itself."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import argparse
 import time
 
 from fusecheck import dtypes
-from fusecheck.report.on_error import error_reports_for, target_id  # noqa: F401  (target_id: the suite name)
+from fusecheck.report.on_error import error_reports_for, reported_on_failure, target_id  # noqa: F401  (target_id: the suite name)
 
 DTYPE_CHOICES = dtypes.RUN_DTYPES  # the long spellings are accepted and mapped to these (fusecheck/dtypes.py)
 
@@ -134,7 +134,6 @@ def run(args: argparse.Namespace) -> int:
     if (code := sharded_run(args)) is not None:
         return code
     phase("loading torch and the target")
-    from fusecheck.cli.main import usage_errors
     from fusecheck.case import load_target, refuse_meta
     from fusecheck.cli.report_paths import write_reports
     from fusecheck.policy import Policy
@@ -147,29 +146,22 @@ def run(args: argparse.Namespace) -> int:
     from fusecheck.op.repeated import run_repeats
 
     error_reports = error_reports_for(args, started)
-    try:
-        with on_timeout(lambda message: error_reports(message, 3)):
-            policy = Policy.load(args.policy)
-            baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
-            toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
+    with reported_on_failure(error_reports), on_timeout(lambda message: error_reports(message, 3)):
+        policy = Policy.load(args.policy)
+        baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
+        toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]
 
-            def check_once(seed: int):
-                phase(f"loading the target {args.target or '(built-in transformer block)'}")
-                case = load_target(args.target, seed=seed)
-                refuse_meta(case)
-                with quiet_compiler_logs(not args.verbose):
-                    return run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
-                                     train=args.train, policy=policy, toggles=toggles, seed=seed,
-                                     golden=args.golden, blocks=args.blocks, regional=args.regional,
-                                     golden_device=args.golden_device, block_verdicts=args.block_verdicts,
-                                     tf32=args.tf32)
-            report = run_repeats(args, check_once)
-    except KeyboardInterrupt:
-        error_reports("interrupted (Ctrl-C)", 130)
-        raise
-    except Exception as exc:
-        error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, usage_errors()) else 3)
-        raise
+        def check_once(seed: int):
+            phase(f"loading the target {args.target or '(built-in transformer block)'}")
+            case = load_target(args.target, seed=seed)
+            refuse_meta(case)
+            with quiet_compiler_logs(not args.verbose):
+                return run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
+                                 train=args.train, policy=policy, toggles=toggles, seed=seed,
+                                 golden=args.golden, blocks=args.blocks, regional=args.regional,
+                                 golden_device=args.golden_device, block_verdicts=args.block_verdicts,
+                                 tf32=args.tf32)
+        report = run_repeats(args, check_once)
     diff = diff_against(report, baseline) if baseline is not None else None
     gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)
     data = report.to_dict()

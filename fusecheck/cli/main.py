@@ -32,26 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("fusecheck.train.cli", "train N steps of eager, compiled and an fp64 shadow; judge the drift"),
 }
 # Each module above imports no torch at its top (its `run` imports the heavy modules), so that every
-# `fusecheck COMMAND -h` answers in a fraction of a second (tests/test_cli_inputs.py holds each one to it).
+# `fusecheck COMMAND -h` answers in a fraction of a second (tests/cli/test_cli_inputs.py holds each one to it).
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from fusecheck.errors import EXIT_ERROR, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE  # noqa: E402,F401
 DEFAULT_TIME_LIMIT_S = 3600.0
-
-
-def usage_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean the user's input is wrong (exit 2); imported lazily: they pull in torch."""
-    from fusecheck.case import TargetError
-    from fusecheck.cli.report_paths import OutputPathError
-    from fusecheck.toggles import ToggleError
-    from fusecheck.policy import PolicyError
-    from fusecheck.report.baseline import BaselineError
-    return TargetError, PolicyError, ToggleError, BaselineError, OutputPathError
-
-
-def __getattr__(name: str):  # `from fusecheck.cli.main import USAGE_ERRORS` still works, lazily
-    if name == "USAGE_ERRORS":
-        return usage_errors()
-    raise AttributeError(name)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -132,7 +116,7 @@ def _stop_children() -> None:
 
 def run_command(module, args: argparse.Namespace) -> int:
     """Validate the outputs, then run the subcommand with a time limit and progress; map errors to exit codes."""
-    from fusecheck.cli.report_paths import OutputPathError, ReportWriteError, prepare_outputs
+    from fusecheck.cli.report_paths import prepare_outputs
     from fusecheck.cli.progress import Progress
     from fusecheck.cli.watchdog import Watchdog
 
@@ -149,26 +133,12 @@ def run_command(module, args: argparse.Namespace) -> int:
         _stop_children()
         print(f"\nfusecheck: interrupted; `fusecheck {command}` stopped, no verdict", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except OutputPathError as exc:
-        print(f"fusecheck: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ReportWriteError as exc:  # the run ended, its report could not be written: no traceback, no verdict
-        print(f"fusecheck: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception as exc:  # compile errors and other tool failures: never a verdict, never exit 1
-        if isinstance(exc, usage_errors()):
-            print(f"fusecheck: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        from fusecheck.golden.fallback import GoldenError
-        from fusecheck.runs.memory import OutOfMemory
-        from fusecheck.check import CompileError
-        if isinstance(exc, OutOfMemory):
-            print(f"fusecheck: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        if not isinstance(exc, (CompileError, GoldenError)):
+    except Exception as exc:  # never a verdict, never exit 1: the one mapping of fusecheck/errors.py
+        from fusecheck import errors
+        if errors.wants_traceback(exc):
             traceback.print_exc()
-        print(f"fusecheck: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        print(errors.message(exc), file=sys.stderr)
+        return errors.exit_code(exc)
 
 
 def main(argv: list[str] | None = None) -> int:

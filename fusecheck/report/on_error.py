@@ -4,10 +4,11 @@ its sharded launcher, `op` and `train`."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 
 def target_id(target: str | None) -> str:
@@ -43,3 +44,18 @@ def error_reports_for(args: argparse.Namespace, started: float) -> Callable[[str
         except ReportWriteError as exc:  # said here; the run's own error is what ends it
             print(f"fusecheck: error: {exc}", file=sys.stderr)
     return write
+
+
+@contextlib.contextmanager
+def reported_on_failure(error_reports: Callable[[str, int], None]) -> Iterator[None]:
+    """A run ended by an exception or Ctrl-C still leaves its error reports (exit 2 for the user's mistake, 130
+    for Ctrl-C, else 3); the exception goes on to the command line's one mapping."""
+    from fusecheck.errors import EXIT_INTERRUPTED, exit_code
+    try:
+        yield
+    except KeyboardInterrupt:
+        error_reports("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
+        raise
+    except Exception as exc:
+        error_reports(f"{type(exc).__name__}: {exc}", exit_code(exc))
+        raise

@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from fusecheck.case import load_target, refuse_meta
-    from fusecheck.report.on_error import target_id
-    from fusecheck.cli.main import usage_errors
+    from fusecheck.report.on_error import reported_on_failure, target_id
     from fusecheck.cli.report_paths import ReportWriteError
     from fusecheck.policy import Policy
     from fusecheck.cli.progress import quiet_compiler_logs
@@ -109,23 +108,16 @@ def run(args: argparse.Namespace) -> int:
               f"{d['losses']['compiled']:.4g} shadow {d['losses']['shadow']:.4g}; drift ratio to the band "
               f"{d['ratio']['to_band']:.3g}{'; LEFT THE BAND' if result.failed else ''}")
 
-    try:
-        with on_timeout(lambda message: error_reports(message, 3)):
-            policy = Policy.load(args.policy)
-            phase(f"loading the target {args.target or '(built-in transformer block)'}")
-            case = load_target(args.target, seed=args.seed)
-            refuse_meta(case)
-            with quiet_compiler_logs(not args.verbose):
-                report = run_train(case, spec=args.target, steps=args.steps, optimizer=args.optimizer, lr=args.lr,
-                                   dtype=args.dtype, backend=args.backend, device=args.device, seed=args.seed,
-                                   policy=policy, band_runs=args.band_runs, golden_device=args.golden_device,
-                                   compile_optimizer=args.compile_optimizer, blocks=args.blocks, on_step=on_step)
-    except KeyboardInterrupt:
-        error_reports("interrupted (Ctrl-C)", 130)
-        raise
-    except Exception as exc:
-        error_reports(f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, usage_errors()) else 3)
-        raise
+    with reported_on_failure(error_reports), on_timeout(lambda message: error_reports(message, 3)):
+        policy = Policy.load(args.policy)
+        phase(f"loading the target {args.target or '(built-in transformer block)'}")
+        case = load_target(args.target, seed=args.seed)
+        refuse_meta(case)
+        with quiet_compiler_logs(not args.verbose):
+            report = run_train(case, spec=args.target, steps=args.steps, optimizer=args.optimizer, lr=args.lr,
+                               dtype=args.dtype, backend=args.backend, device=args.device, seed=args.seed,
+                               policy=policy, band_runs=args.band_runs, golden_device=args.golden_device,
+                               compile_optimizer=args.compile_optimizer, blocks=args.blocks, on_step=on_step)
     _write_all(args, report.to_dict(),
                lambda: write_junit_train(report, args.junit, suite, time.monotonic() - started),
                verdict=f"{report.status} (exit {report.exit_code})")

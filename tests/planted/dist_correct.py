@@ -1,7 +1,7 @@
 """Correct variants of the reference distributed kernels (no tests here): other chunk counts, split-K in fp32,
 another variance split in the RMSNorm, built-in collectives where the reference hand-rolls none and
 hand-rolled rings where it uses built-ins. Every one is a correct kernel that reassociates or reorders
-differently from the single eager op: `fusecheck dist` must PASS all of them (tests/test_dist_correct.py).
+differently from the single eager op: `fusecheck dist` must PASS all of them (tests/distributed/test_dist_correct.py).
 Loaded by path inside the rank processes."""
 from __future__ import annotations
 

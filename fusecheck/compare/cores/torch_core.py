@@ -9,7 +9,7 @@ fuse into one loop (C++ on CPU, Triton on GPU) that keeps nothing per element in
 per-octave maxima stay separate scatter kernels (Inductor lowers no scatter-amax).
 
 Exactly the definitions listed in `accumulators.ACCUMULATORS` (emitted in the registry's order: a missing
-entry is a KeyError), held to the per-pair walk it replaced by tests/test_compare_equivalence.py: every
+entry is a KeyError), held to the per-pair walk it replaced by tests/compare/test_compare_equivalence.py: every
 per-element quantity is computed the same way, so counts and maxima are bit-identical and sums differ by
 fp64 rounding order only. Exponents are read from the fp64 bits (torch.frexp fails to compile in
 Inductor's C++ backend, torch 2.13), and 2^n is built from bits too, so the ULP scale is the exact power of

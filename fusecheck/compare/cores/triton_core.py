@@ -6,7 +6,7 @@ registers and keeps every accumulator of every pair as a per-lane register vecto
 flag per tile, nothing else); each program writes its partials and a small torch reduction over programs
 finishes. Definitions are `torch_core._pair`'s, element by element, in the same fp64 arithmetic (correctly
 rounded division, no FMA contraction), so counts and maxima are bit-identical and sums differ by summation
-order only (tests/test_compare_triton.py).
+order only (tests/compare/test_compare_triton.py).
 
 The per-octave statistics: counts are a `tl.histogram` per tile (one for the two pairs judged against the
 same golden, corrected on the tiles where one of their A sides is NaN/Inf); the maxima keep a running 64-bin maximum

@@ -74,7 +74,7 @@ fails a correct compile (GPT-2/ViT configs, bf16 `--train`, 3 of 12 seeds, compi
    size stays quiet at rate <= alpha. The margin is the largest count / limit over the rungs (limit: halfway
    between the largest passing and the smallest failing count; > 1 fails).
 
-Power, measured (tests/test_noise_band.py; K = 4, alpha 1e-5): a sign flip on 3-8 small values of a
+Power, measured (tests/compare/test_noise_band.py; K = 4, alpha 1e-5): a sign flip on 3-8 small values of a
 wide-range tensor fails in fp32 and bf16; one fp32 element 10% (or 0.1%) off where eager rounds correctly
 fails; a 3x-noisier computation fails from ~3000 elements (at 512-1024 it is at the edge: the RMSE check is
 the one for systematic errors). What it gives up: in bf16 a 10% error is only 13-26 ulps, which a 2x-noisier

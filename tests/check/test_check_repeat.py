@@ -14,7 +14,7 @@ import torch
 
 from fusecheck.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLANT = "tests/planted/race_backend.py"
 TARGET = f"{PLANT}:model"
 
@@ -127,7 +127,7 @@ def test_the_fixture_repeats_checks_and_judges_fused_ops(pytester):
             fusecheck.assert_not_worse_op({str(ROOT / "tests/planted/op_tail_bug.py")!r} + ":TailChunkDropped",
                                           dtype=["fp32"], shapes=SHAPES, probes=False)
     """)
-    # in a subprocess, as tests/test_cli.py does: an in-process run re-imports torch libraries
+    # in a subprocess, as tests/cli/test_cli.py does: an in-process run re-imports torch libraries
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*test_tail_bug_fails*", "*the fused op is worse than its unfused chain*"])

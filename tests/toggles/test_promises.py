@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-import textwrap
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ from fusecheck.matrix.rows import MatrixRow
 from fusecheck.toggles import TOGGLES, Toggle
 from fusecheck.toggles.promises import BATCH_INVARIANT, BITWISE_EAGER, NOT_WORSE, PROMISES, RUN_TO_RUN
 
-BATCH = 8
+from tests.planted.tiny_tanh import BATCH  # noqa: E402  (the target's batch)
 _calls = itertools.count()
 
 
@@ -78,21 +77,7 @@ PLANTS = {
     "test.batch_dependent": planted("test.batch_dependent", "batch", (BATCH_INVARIANT,)),
 }
 
-TARGET = textwrap.dedent(f'''
-    import torch
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(32, 32) / 6)
-
-        def forward(self, x):
-            y = torch.tanh(x @ self.w) * 1.5 + 0.25
-            return y - y.amax(-1, keepdim=True)
-
-    def build():
-        return Tiny(), (torch.randn({BATCH}, 32),)
-''')
+TARGET = "tests/planted/tiny_tanh.py:build_centred"
 
 
 @pytest.fixture
@@ -103,12 +88,10 @@ def plants(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def case(tmp_path_factory):
+def case():
     from fusecheck.case import load_target
 
-    path = tmp_path_factory.mktemp("promises") / "tiny.py"
-    path.write_text(TARGET)
-    return load_target(f"{path}:build")
+    return load_target(TARGET)
 
 
 def test_every_promise_has_a_check_and_every_toggle_promise_is_known():

@@ -11,7 +11,7 @@ import pytest
 
 from fusecheck.distributed.entry import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AG = "kernels/ag_gemm.py:AllGatherGemm"
 
 

@@ -2,7 +2,7 @@
 Switching off decompositions and switching off passes both fix the verdict; the bisector names the pass
 (decided from evidence: with decompositions off the pass rewrites nothing) and reports the `_softmax`
 decomposition as what enables it, as a chain. On CPU and, where there is one, on a CUDA device (the H200:
-`python -m pytest -q tests/test_bisect_enabling.py -k cuda`)."""
+`python -m pytest -q tests/bisect/test_bisect_enabling.py -k cuda`)."""
 import pytest
 import torch
 

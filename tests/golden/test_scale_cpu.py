@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 import torch
@@ -11,28 +10,12 @@ from fusecheck.case import Case, TargetError
 from fusecheck.matrix import MARK, MatrixRow, mark_most_moved, run_matrix
 from fusecheck.toggles import ToggleError
 
-TARGET = textwrap.dedent('''
-    import torch
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(32, 32) / 6)
-
-        def forward(self, x):
-            y = torch.tanh(x @ self.w) * 1.5 + 0.25
-            return y - y.amax(-1, keepdim=True)
-
-    def build():
-        return Tiny(), (torch.randn(8, 32),)
-''')
+TARGET = "tests/planted/tiny_tanh.py:build_centred"
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    path = tmp_path_factory.mktemp("matrix") / "tiny.py"
-    path.write_text(TARGET)
-    return f"{path}:build"
+def target():
+    return TARGET
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,7 @@ def test_console_script_help():
 def test_pytest_plugin_fixture(pytester):
     pytester.makepyfile(f"""
         import sys
-        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parents[1])!r})
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parents[2])!r})
         from models.mlp import build
 
         def test_good(fusecheck):
@@ -84,7 +84,7 @@ def test_pytest_plugin_fixture(pytester):
             fusecheck.assert_not_worse(build(), backend="tests/planted/backends.py:bf16_matmul")
     """)
     import shutil
-    shutil.copytree(__import__('pathlib').Path(__file__).parent, pytester.path / "tests", dirs_exist_ok=True,
+    shutil.copytree(__import__('pathlib').Path(__file__).parents[1], pytester.path / "tests", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "test_*.py"))
     # in a subprocess: an in-process run drops the modules it imported (torch._inductor ones included) from
     # sys.modules, and re-importing them later in this session registers torch libraries twice

@@ -12,7 +12,7 @@ import pytest
 
 from fusecheck.sharded.ranks import name_culprits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/planted/sharded_backends.py"
 
 

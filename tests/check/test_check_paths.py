@@ -15,7 +15,7 @@ from fusecheck.case import load_target
 from fusecheck.check import CheckOptions, run_check
 from fusecheck.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WIDE, MOE = "models/wide_blocks.py:build", "tests/planted/no_fp64_moe.py:build"
 
 # (target, backend, check options, the verdict every path must give)

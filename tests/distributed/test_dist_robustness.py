@@ -23,7 +23,7 @@ from fusecheck.distributed.collectives import COLLECTIVES
 from fusecheck.distributed.tags import MOVE, SUM, explain
 from fusecheck.distributed.task import CheckTask
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/planted/dist_bugs.py"
 AG = "kernels/ag_gemm.py:AllGatherGemm"
 SMALL = [{"m": 4, "k": 3, "n": 2}]

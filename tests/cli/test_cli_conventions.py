@@ -14,7 +14,7 @@ import pytest
 
 from fusecheck.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MLP = "models/mlp.py:build"
 PLANTED = "tests/planted/backends.py:"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import textwrap
 
 import pytest
 import torch
@@ -143,20 +142,7 @@ def _half(name):
     return Toggle(name, "planted: half of an interaction", "post_grad_custom_post_pass", apply, lambda gm: True)
 
 
-TARGET = textwrap.dedent('''
-    import torch
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(32, 32) / 6)
-
-        def forward(self, x):
-            return torch.tanh(x @ self.w) * 1.5 + 0.25
-
-    def build():
-        return Tiny(), (torch.randn(8, 32),)
-''')
+TARGET = "tests/planted/tiny_tanh.py:build"
 
 
 @pytest.mark.slow
@@ -165,8 +151,7 @@ def test_the_matrix_names_two_toggles_harmless_alone_and_worse_together(tmp_path
 
     for name in ("test.left", "test.right"):
         monkeypatch.setitem(TOGGLES, name, _half(name))
-    (tmp_path / "tiny.py").write_text(TARGET)
-    m = run_matrix(load_target(f"{tmp_path}/tiny.py:build"), ["test.left", "test.right"], all_together=True)
+    m = run_matrix(load_target(TARGET), ["test.left", "test.right"], all_together=True)
     rows = {r.name: r for r in m.rows}
     assert rows["test.left"].verdict == rows["test.right"].verdict == "PASS"
     assert rows["all"].verdict == "FAIL" and m.interaction.found == ("test.left", "test.right")
@@ -181,7 +166,6 @@ def test_a_matrix_without_an_interaction_runs_no_search_rows(tmp_path, monkeypat
     from fusecheck.case import load_target
 
     monkeypatch.setitem(TOGGLES, "test.left", _half("test.left"))
-    (tmp_path / "tiny.py").write_text(TARGET)
-    m = run_matrix(load_target(f"{tmp_path}/tiny.py:build"), ["test.left", "fusion.pointwise"], all_together=True)
+    m = run_matrix(load_target(TARGET), ["test.left", "fusion.pointwise"], all_together=True)
     assert m.interaction is None and [r.name for r in m.rows] == ["baseline", "test.left", "fusion.pointwise", "all"]
     assert "interaction:" not in m.table()

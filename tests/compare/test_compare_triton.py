@@ -40,7 +40,7 @@ from fusecheck.compare import cores, scale  # noqa: E402
 from fusecheck.compare.cores import torch_core, triton_core  # noqa: E402
 from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
 from tests import compare_reference as old  # noqa: E402
-from tests.test_compare_equivalence import _same, _values  # noqa: E402
+from tests.compare.test_compare_equivalence import _same, _values  # noqa: E402
 
 DEVICE = torch.device("cuda" if CUDA else "cpu")
 NUMPY_OK = tuple(int(v) for v in __import__("numpy").__version__.split(".")[:2]) < (2, 4)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels/op_triton_rmsnorm.py:TritonRMSNorm"
 BUGS = "tests/planted/op_triton_bugs.py:"
 HAS_TRITON = importlib.util.find_spec("triton") is not None

@@ -12,7 +12,7 @@ import pytest
 
 from fusecheck.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MLP = "models/mlp.py:build"
 
 
@@ -220,7 +220,7 @@ def test_the_light_argument_modules_agree_with_the_heavy_ones():
 
 # -- 5. a planted rank abort stays in the captured output -------------------------------------------------------
 def test_a_planted_rank_abort_prints_no_fatal_error_dump_into_a_passing_run(pytester):
-    """gloo aborts the rank left waiting in a skipped collective (tests/test_dist_layer_blame.py); pytest enables
+    """gloo aborts the rank left waiting in a skipped collective (tests/distributed/test_dist_layer_blame.py); pytest enables
     faulthandler on a copy of the terminal, and the forked rank used to dump `Fatal Python error: Aborted`
     there, past the capture of a passing test."""
     pytester.makepyfile(f"""
