@@ -34,7 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # Each module above imports no torch at its top (its `run` imports the heavy modules), so that every
 # `fusecheck COMMAND -h` answers in a fraction of a second (tests/cli/test_cli_inputs.py holds each one to it).
 
-from fusecheck.errors import EXIT_ERROR, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE  # noqa: E402,F401
+from fusecheck.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 DEFAULT_TIME_LIMIT_S = 3600.0
 
 
@@ -79,6 +79,17 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer seed (0..2^63-1)") from None
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"{text}: a seed is an integer from 0 to 2^63-1 ({SEED_MAX})")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count of 1 or more (--steps, --band-runs, --nproc)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
     return value
 
 

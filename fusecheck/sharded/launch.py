@@ -18,18 +18,9 @@ import time
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: needs at least 1 process")
-    return n
-
-
 def add_sharded_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc", type=_positive, default=None, metavar="N",
+    from fusecheck.cli.main import positive_int
+    p.add_argument("--nproc", type=positive_int, default=None, metavar="N",
                    help="shard the model per block with FSDP2 over N processes on this host (one GPU each with "
                         "--device cuda, gloo on the host) and check it on every rank; the same as running "
                         "`torchrun --nproc-per-node N -m fusecheck check ...`")

@@ -10,16 +10,6 @@ import time
 from fusecheck.train.optimizers import OPTIMIZERS
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
-    return value
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -32,12 +22,12 @@ def _positive_float(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from fusecheck.cli.check import add_dtype_argument, add_html_argument
-    from fusecheck.cli.main import seed
+    from fusecheck.cli.main import positive_int, seed
     p.add_argument("target", nargs="?", default=None,
                    help="FILE.py:NAME, where NAME() returns a fusecheck Case or (model, inputs); the Case or its "
                         "module may define batches(step) and loss(output, batch) (default: a built-in "
                         "transformer block)")
-    p.add_argument("--steps", type=_positive_int, default=20, help="optimizer steps")
+    p.add_argument("--steps", type=positive_int, default=20, help="optimizer steps")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw",
                    help="; ".join(f"{k}: {v.doc}, lr {v.lr:g}" for k, v in OPTIMIZERS.items()))
     p.add_argument("--lr", type=_positive_float, default=None, help="learning rate (default: the optimizer's)")
@@ -48,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                "weights and optimizer state, as mixed precision keeps them)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, npu (with torch_npu) or mps")
     p.add_argument("--seed", type=seed, default=0, help="seed of the weights, inputs, cotangents and band runs")
-    p.add_argument("--band-runs", type=_positive_int, default=8,
+    p.add_argument("--band-runs", type=positive_int, default=8,
                    help="randomised-rounding eager trajectories that measure eager's run-to-run band")
     p.add_argument("--compile-optimizer", action="store_true",
                    help="compile the compiled trajectory's optimizer step too, with the same backend")
