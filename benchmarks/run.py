@@ -110,13 +110,13 @@ def run_step(step: Step, values: dict[str, str], dry_run: bool) -> int:
     name = _fill(step.name, values)
     argv = [_fill(a, values) for a in step.argv]
     out = Path(values["out"])
+    print(f"== {name}: {' '.join(argv)} (limit {step.seconds:g} s)", flush=True)
+    if dry_run:
+        return 0
     if step.resume:
         seed = RESULTS / _fill(step.resume, values)
         if seed.exists() and not (out / seed.name).exists():
             shutil.copy(seed, out / seed.name)  # resume: its finished runs are skipped
-    print(f"== {name}: {' '.join(argv)} (limit {step.seconds:g} s)", flush=True)
-    if dry_run:
-        return 0
     started = time.monotonic()
     with open(out / f"{name}.log", "w") as log:
         try:

@@ -8,7 +8,7 @@ import argparse
 import time
 
 from fusecheck import dtypes
-from fusecheck.report.on_error import error_reports_for, reported_on_failure, target_id  # noqa: F401  (target_id: the suite name)
+from fusecheck.report.on_error import error_reports_for, reported_on_failure, target_id
 
 DTYPE_CHOICES = dtypes.RUN_DTYPES  # the long spellings are accepted and mapped to these (fusecheck/dtypes.py)
 

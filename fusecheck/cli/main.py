@@ -15,6 +15,7 @@ import sys
 import traceback
 
 from fusecheck import __version__
+from fusecheck.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 DESCRIPTION = ("Check that a fusion compiler (torch.compile with Inductor, or your own backend) does not make "
                "a model's numbers worse than eager mode, both measured against a float64 golden run.")
@@ -34,7 +35,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # Each module above imports no torch at its top (its `run` imports the heavy modules), so that every
 # `fusecheck COMMAND -h` answers in a fraction of a second (tests/cli/test_cli_inputs.py holds each one to it).
 
-from fusecheck.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 DEFAULT_TIME_LIMIT_S = 3600.0
 
 

@@ -13,6 +13,8 @@ import textwrap
 
 from tabulate import tabulate
 
+from fusecheck import dtypes
+
 WIDTH = 120
 
 # One phrase per verdict code, shown in the legend under the table for the codes that occur.
@@ -38,16 +40,13 @@ CODE_PHRASES: dict[str, str] = {
     "no_finite_values": "no finite value to compare",
 }
 
-SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
-
-
 def _g(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
 def _dtype(text: str) -> str:
     head, _, rest = str(text).replace("torch.", "").partition(" ")
-    return SHORT_DTYPES.get(head, head) + (f" {rest}" if rest else "")
+    return (dtypes.short_name(head) or head) + (f" {rest}" if rest else "")
 
 
 def _bitwise(row) -> str:
