@@ -488,11 +488,16 @@ def _build_mobilenet_v2(c):
 def _convnext(rng):
     stages = rng.randint(2, 4)
     width = rng.choice([8, 12, 16])
-    return {**_vision(rng, (16, 24, 32)), "patch_size": rng.choice([2, 4]),
-            "hidden_sizes": [width * 2 ** i for i in range(stages)],
-            "depths": [rng.randint(1, 2) for _ in range(stages)],
-            "act": rng.choice(["gelu", "relu", "silu"]), "layer_scale": rng.choice([0.0, 1e-6, 0.1, 1.0]),
-            "eps": rng.choice([1e-6, 1e-12]), "init_std": rng.choice([0.02, 0.1])}
+    c = {**_vision(rng, (16, 24, 32)), "patch_size": rng.choice([2, 4]),
+         "hidden_sizes": [width * 2 ** i for i in range(stages)],
+         "depths": [rng.randint(1, 2) for _ in range(stages)],
+         "act": rng.choice(["gelu", "relu", "silu"]), "layer_scale": rng.choice([0.0, 1e-6, 0.1, 1.0]),
+         "eps": rng.choice([1e-6, 1e-12]), "init_std": rng.choice([0.02, 0.1])}
+    # every stage after the first halves the patch grid (a 2x2 stride-2 conv): keep the stages the grid holds
+    # (drawn first and cut after, so every draw that was valid keeps its config)
+    fits = (c["image"] // c["patch_size"]).bit_length()
+    c["hidden_sizes"], c["depths"] = c["hidden_sizes"][:fits], c["depths"][:fits]
+    return c
 
 
 def _build_convnext(c):
@@ -761,3 +766,12 @@ def _forward_params(model) -> set[str]:
         return set(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
         return set()
+
+
+def __getattr__(name: str):
+    """`models/families.py:FAMILY_SEED` is a fusecheck target: the drawn model of one grid row (`t5_0`,
+    `qwen2_moe_3`), so a row of the stability grid replays under `fusecheck check` or `bisect` as it ran."""
+    family, _, seed = name.rpartition("_")
+    if family in FAMILIES and seed.isdigit():
+        return lambda: draw(family, int(seed))[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ independent draw of c times eager's own error, c between sqrt 2 (a reassociated 
 accumulation errors) and sqrt 3 (stochastic against nearest rounding). So q_k = golden + d_k / sqrt 3 is an
 eager-like result whose error is an independent draw at c / sqrt 3 <= 1 times eager's scale: never noisier
 than eager, so a 3x-noisier compile still fails where eager's draw was typical, and a lucky draw is
-outvoted by K others. Per metric the family's value is the worse of eager's and the median over the q_k
+outvoted by K others. Per aggregate metric (RMSE, mean relative error, small-value counts) the family's value is the worse of eager's and the median over the q_k
 (the median: one run that crossed a decision does not carry the rest).
 
 No significant digits. Where the family's typical RMSE reaches the golden's own RMS, eager has no
@@ -38,6 +38,11 @@ FAMILY_SCALE = math.sqrt(3.0)  # the largest c the perturbation model predicts: 
 # counts and structure, not errors: eager's own value stays
 STRUCTURAL = frozenset({"numel", "bitwise_equal", "actual_nonfinite", "expected_nan", "expected_nonfinite",
                         "nonfinite_mismatches"})
+# the largest error of any one element: eager's own value stays too. A median over runs of each run's worst
+# element says nothing about any element in particular (a handful of elements 12% off in a bf16 output passed
+# that way: 3 of 10 caught on the H200 grid against 7 of 12 before the family); the per-element checks that
+# still fail are judged element by element against the noise band, from the same runs (check/settle.py)
+PER_ELEMENT = frozenset({"max_abs", "max_rel", "small_value_max_abs", "ulp_max"})
 
 
 @dataclass
@@ -81,7 +86,7 @@ def family_of(base: Metrics, golden: torch.Tensor, diffs: list[torch.Tensor], po
             drawn.append(m)
     values = dict(base.values)
     for k, v in base.values.items():
-        if k in STRUCTURAL or k.startswith(OCTAVE_PREFIX + "n."):
+        if k in STRUCTURAL or k in PER_ELEMENT or k.startswith(OCTAVE_PREFIX):
             continue
         others = [m.values[k] for m in drawn if k in m.values and math.isfinite(m.values[k])]
         if others:

@@ -123,3 +123,37 @@ def test_without_a_significant_digit_only_the_rmse_against_the_family_decides():
     assert judge_without_digits((2e-6 * torch.randn(64)), g, fam, policy).passed
     wrong = judge_without_digits(torch.full((64,), 1e-4), g, fam, policy)
     assert not wrong.passed and "no significant digit" in wrong.message
+
+
+def test_the_family_leaves_per_element_checks_to_the_noise_band():
+    """A few elements wrong where eager is exact, beside elements that are noisy in every perturbed run:
+    a median over runs of each run's worst element would clear them (the noisy elements set the octave's
+    maximum); the family keeps eager's own per-element metrics, so the max-type check still fails and goes
+    to the band, which judges each element against its own noise and fails the row."""
+    from fusecheck.check.rows import per_element_only
+    from fusecheck.compare.noise_band import judge_band
+
+    torch.manual_seed(3)
+    n, ulp = 4096, 2.0 ** -7  # bf16 on [1, 2): one octave
+    g = 1 + torch.rand(n, dtype=torch.float64)
+    eager = g.to(torch.bfloat16)                      # rounded correctly everywhere
+    noisy = torch.zeros(n, dtype=torch.bool)
+    noisy[::32] = True                                # 128 elements the perturbed runs show to be ill-conditioned
+    diffs = [torch.where(noisy, 8 * ulp * torch.randn(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64))
+             .float() for _ in range(8)]
+    wrong = torch.zeros(n, dtype=torch.bool)
+    wrong[5:8] = True                                 # three elements 16 ulps (12%) off where nothing is noisy
+    compiled = (g + torch.where(noisy, 4 * ulp * torch.randn(n, dtype=torch.float64), torch.zeros_like(g))
+                + wrong * 16 * ulp).to(torch.bfloat16)
+    policy = Policy()
+    base = compare(eager, eager, g, policy=policy).vs_golden
+    assert not compare(compiled, eager, g, policy=policy).verdict.passed  # the row is in doubt
+    fam = family_of(base, g, diffs, policy, torch.bfloat16)
+    assert fam.metrics.values["max_rel"] == base.values["max_rel"]
+    rejudged = compare(compiled, eager, g, policy=policy, reference_vs_golden=fam.metrics).verdict
+    assert not rejudged.passed and per_element_only(rejudged), rejudged.message
+    spread = torch.stack([d.abs() for d in diffs]).amax(0)
+    band = judge_band(compiled, eager, g, spread, runs=8)
+    assert not band.passed, band.message
+    correct = judge_band(torch.where(wrong, eager, compiled), eager, g, spread, runs=8)
+    assert correct.passed, correct.message  # the noisy elements alone are within their bands

@@ -30,8 +30,8 @@ def nudge(x: torch.Tensor, mode: str) -> torch.Tensor:
     BATCH rows ('batch')."""
     out = x.clone()
     if mode == "one" or (mode == "flaky" and next(_calls) % 2) or (mode == "batch" and x.shape[0] != BATCH):
-        flat = out.view(-1)
-        flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=x.dtype))
+        bits = out.view(-1).view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
+        bits[0] += 1  # the next representable value away from zero, in any float dtype on any device
     return out
 
 
@@ -205,3 +205,33 @@ def test_the_strict_adapter_picks_up_an_upstream_key_and_its_promise_is_checked(
         assert not row.broken and row.verdict == "PASS"
     else:
         assert row.verdict == "FAIL" and BITWISE_EAGER in row.broken
+
+
+# -- on a GPU: the same planted violations, and the real modes' promises where kernels depend on the batch ------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the H200 batch: benchmarks/run.py gpu-tests)")
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_promises_on_cuda(plants, dtype):
+    """Planted violations FAIL their rows on CUDA too; `deterministic` and `batch_invariant` keep their promises
+    where this torch has them (torch 2.11 lacks `batch_invariant`: the row is then unsupported, never a PASS)."""
+    from fusecheck.case import load_target
+    from fusecheck.toggles import ToggleUnsupported, resolve
+
+    case = load_target("tests/planted/wide_rows.py:build")
+    real = []
+    for name in ("deterministic", "batch_invariant"):
+        try:
+            for t in resolve([name]):
+                t.check()
+            real.append(name)
+        except ToggleUnsupported as exc:
+            assert "not supported" in str(exc)
+    m = run_matrix(case, ["test.strict_broken", "test.flaky", "test.batch_dependent", *real], device="cuda",
+                   dtype=dtype)
+    rows = {r.name: r for r in m.rows}
+    for name, promise in [("test.strict_broken", BITWISE_EAGER), ("test.flaky", RUN_TO_RUN),
+                          ("test.batch_dependent", BATCH_INVARIANT)]:
+        assert rows[name].verdict == "FAIL" and promise in rows[name].broken, (name, rows[name].broken)
+    for name in real:
+        assert rows[name].verdict == "PASS" and not rows[name].broken and not rows[name].unverified, \
+            (name, rows[name].broken, rows[name].unverified)
+    print(f"[cuda {dtype}] real modes verified: {real}; table:\n{m.table()}")
