@@ -26,6 +26,7 @@ from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.errors import TargetError
 from fusecheck.runs.execute import module_tensors, run_once, state_snapshot
 from fusecheck.runs.cast import prepare_case
+from fusecheck.golden.choose import choose as choose_golden, floating_dtype
 from fusecheck.golden.modes import GOLDEN_MODES, GoldenRequest
 from fusecheck.toggles import not_applying, toggled
 from fusecheck.toggles.census import collecting_census
@@ -116,6 +117,11 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
 
     mode = "streamed" if plan is not None and opts.golden != "whole" and not any(
         k.startswith("mutated.state.") for k in mutated) else "whole"
+    if mode == "streamed" and opts.golden == "auto" and not opts.regional:
+        choice = choose_golden(model_bytes(prepared.model), p.mem.peaks.get("eager", {}),
+                               floating_dtype(prepared.model, run_dtype), p.golden_dtype, p.golden_device)
+        mode = choice.mode
+        p.notes.append(choice.why)
     p.notes += capture_notes(p, compiled)
     if opts.toggles:  # a toggle that cannot act on this run (no_recompute without --train) is said, not silent
         p.notes += not_applying(opts.toggles, [g.gm for g in compiled.capture.graphs], train=opts.train)

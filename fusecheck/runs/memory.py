@@ -56,6 +56,24 @@ def _host_peak() -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
+def _host_rss() -> int | None:
+    try:
+        m = re.search(r"VmRSS:\s+(\d+) kB", _STATUS.read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
+
+
+def grown(entry: dict[str, int]) -> int | None:
+    """What a phase added at its peak to what was held when it began (the device's when measured, else the
+    host's); None where the phase's start was not recorded."""
+    if "device_peak_bytes" in entry and entry.get("device_start_bytes") is not None:
+        return max(0, entry["device_peak_bytes"] - entry["device_start_bytes"])
+    if "host_peak_rss_bytes" in entry and "host_start_rss_bytes" in entry:
+        return max(0, entry["host_peak_rss_bytes"] - entry["host_start_rss_bytes"])
+    return None
+
+
 def _reset_host_peak() -> bool:
     try:
         _CLEAR_REFS.write_text("5")
@@ -79,11 +97,16 @@ class MemoryLog:
             torch.cuda.reset_peak_memory_stats(self.device)
         return_freed_host_memory()
         host_resettable = _reset_host_peak()
+        start = torch.cuda.memory_allocated(self.device) if cuda else None
+        host_start = _host_rss()
         yield
         entry: dict[str, int] = {}
         if cuda:
             torch.cuda.synchronize(self.device)
             entry["device_peak_bytes"] = torch.cuda.max_memory_allocated(self.device)
+            entry["device_start_bytes"] = start
+        if host_start is not None and host_resettable:
+            entry["host_start_rss_bytes"] = host_start
         peak = _host_peak()
         if peak is not None:
             entry["host_peak_rss_bytes" if host_resettable else "host_peak_rss_bytes_since_start"] = peak

@@ -1,6 +1,7 @@
 """The streamed golden is exactly as general as the whole-model fp64 copy: differential tests on a generated
 family of block models (tests/planted/streamed_family.py), the guard's answers, stepping aside, and planted
-mixed-precision regressions that fail through the default (streamed) golden."""
+mixed-precision regressions that fail through the streamed golden (and the default, which takes the whole
+copy where it fits)."""
 import pytest
 import torch
 
@@ -182,7 +183,7 @@ def fn_case():
 
 
 def test_a_leak_steps_aside_to_the_whole_golden_and_says_why():
-    streamed = run_check(fn_case(), backend="aot_eager", dtype="bf16", train=True)
+    streamed = run_check(fn_case(), backend="aot_eager", dtype="bf16", train=True, golden="streamed")
     whole = run_check(fn_case(), backend="aot_eager", dtype="bf16", train=True, golden="whole")
     note = next(n for n in streamed.notes if "stepped aside" in n)
     assert "layers.0.fc.bias" in note and "whole-model float64 copy instead" in note and "free" in note
@@ -190,14 +191,16 @@ def test_a_leak_steps_aside_to_the_whole_golden_and_says_why():
     for a, b in zip(whole.rows, streamed.rows):
         assert b.vs_golden.rmse == pytest.approx(a.vs_golden.rmse, rel=1e-12)
     # forward only, nothing to step aside for: the Function's body computes on the fp64 copy
-    assert not any("stepped aside" in n for n in run_check(fn_case(), backend="aot_eager", dtype="bf16").notes)
+    assert not any("stepped aside" in n for n in run_check(fn_case(), backend="aot_eager", dtype="bf16",
+                                                           golden="streamed").notes)
 
 
 def test_a_leak_without_room_for_the_whole_copy_is_exit_3_with_the_reason(monkeypatch, capsys):
     monkeypatch.setattr(golden_runs, "free_bytes", lambda device: 0)
     with pytest.raises(GoldenError, match="cannot give the whole-model golden.*layers.0.fc.bias.*needs about"):
-        run_check(fn_case(), backend="aot_eager", dtype="bf16", train=True)
-    assert main(["check", f"{__file__}:fn_case", "--backend", "eager", "--dtype", "bf16", "--train"]) == 3
+        run_check(fn_case(), backend="aot_eager", dtype="bf16", train=True, golden="streamed")
+    assert main(["check", f"{__file__}:fn_case", "--backend", "eager", "--dtype", "bf16", "--train", "--golden",
+                 "streamed"]) == 3
     assert "cannot give the whole-model golden" in capsys.readouterr().err
 
 
@@ -214,7 +217,8 @@ class RoutedFn(FnOnABlocksBias):
 def test_stepping_aside_restarts_the_decision_follower():
     """The attempt that failed made decisions under the follower: the whole golden starts at decision 0."""
     torch.manual_seed(0)
-    r = run_check(Case(RoutedFn(), (torch.randn(2, 6, 8),), "routed"), backend="aot_eager", dtype="bf16", train=True)
+    r = run_check(Case(RoutedFn(), (torch.randn(2, 6, 8),), "routed"), backend="aot_eager", dtype="bf16", train=True,
+                  golden="streamed")
     assert any("stepped aside" in n for n in r.notes)
     assert not any("could not be lined up" in n for n in r.notes) and r.status == "PASS"
 
@@ -265,7 +269,7 @@ def test_a_failure_after_results_were_judged_cannot_step_aside():
     torch.manual_seed(0)
     case = Case(FailingFirstBlock(), (torch.randn(2, 6, 8),), "fails_late")
     with pytest.raises(GoldenError, match=r"failed after \d+ result\(s\) were judged.*--golden whole"):
-        run_check(case, backend="aot_eager", dtype="bf16", train=True)
+        run_check(case, backend="aot_eager", dtype="bf16", train=True, golden="streamed")
 
 
 # -- planted mixed-precision regressions, through the default golden -------------------------------------
@@ -277,7 +281,7 @@ def test_a_failure_after_results_were_judged_cannot_step_aside():
     ("casts_build", "tests/planted/backends.py:bf16_matmul", True, "FAIL"),
 ])
 def test_planted_mixed_precision_regressions_fail_and_correct_versions_pass(target, backend, train, status):
-    r = run_check(load_target(MIXED + target), backend=backend, train=train)
+    r = run_check(load_target(MIXED + target), backend=backend, train=train, golden="streamed")
     assert r.golden_mode.startswith("streamed") and not any("stepped aside" in n for n in r.notes)
     assert r.status == status and r.exit_code == {"PASS": 0, "FAIL": 1}[status]
     if status == "FAIL":
@@ -285,4 +289,6 @@ def test_planted_mixed_precision_regressions_fail_and_correct_versions_pass(targ
 
 
 def test_planted_residual_regression_is_exit_1_from_the_cli():
-    assert main(["check", MIXED + "residual_build", "--backend", "tests/planted/backends.py:drop_upcast", "-q"]) == 1
+    for golden in ("auto", "streamed"):  # auto takes the whole copy here (it fits): both goldens catch it
+        assert main(["check", MIXED + "residual_build", "--backend", "tests/planted/backends.py:drop_upcast", "-q",
+                     "--golden", golden]) == 1
