@@ -115,8 +115,8 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     cotangents = eager.first.cotangents
     eager.first = compiled.first = None  # the judge holds what is left to judge, and releases it row by row
 
-    mode = "streamed" if plan is not None and opts.golden != "whole" and not any(
-        k.startswith("mutated.state.") for k in mutated) else "whole"
+    mutates_state = any(k.startswith("mutated.state.") for k in mutated)
+    mode = "streamed" if plan is not None and opts.golden != "whole" and not mutates_state else "whole"
     if mode == "streamed" and opts.golden == "auto" and not opts.regional:
         choice = choose_golden(model_bytes(prepared.model), p.mem.peaks.get("eager", {}),
                                floating_dtype(prepared.model, run_dtype), p.golden_dtype, p.golden_device)
@@ -125,7 +125,7 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     p.notes += capture_notes(p, compiled)
     if opts.toggles:  # a toggle that cannot act on this run (no_recompute without --train) is said, not silent
         p.notes += not_applying(opts.toggles, [g.gm for g in compiled.capture.graphs], train=opts.train)
-    if plan is not None and opts.golden != "whole" and mode == "whole":
+    if plan is not None and opts.golden != "whole" and mutates_state:
         p.notes.append("the model updates its own state in place: the golden is a whole-model fp64 copy, whose "
                        "state is judged too")
     request = GoldenRequest(prepared, state[0], opts.train, cotangents, p.golden_dtype, p.golden_device, mutated, plan)

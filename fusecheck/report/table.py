@@ -14,6 +14,7 @@ import textwrap
 from tabulate import tabulate
 
 from fusecheck import dtypes
+from fusecheck.report.kinds import by_kind
 
 WIDTH = 120
 
@@ -211,11 +212,15 @@ NAME_MIN = 16  # the name column never gets narrower
 NAME_MIN_VERBOSE = 28  # -v shows every column: its table may pass WIDTH rather than cut every name in pieces
 
 
-def format_rows(rows: list, verbose: bool = False) -> str:
+def format_rows(rows: list, verbose: bool = False, counts: list[str] | None = None) -> str:
     """The rows' table, within WIDTH where the numbers allow: the names give way (shared start, then wrap),
-    never the numbers. Above it, one line says what `…` stands for when a shared start was left out."""
+    never the numbers. Above it, one line says what `…` stands for when a shared start was left out.
+    `counts`: a `rows` column after the names (a table grouped by kind, fusecheck/report/kinds.py)."""
     body = [row_cells(r, verbose) for r in rows]
     headers = VERBOSE if verbose else COMPACT
+    if counts is not None:
+        body = [[b[0], c, *b[1:]] for b, c in zip(body, counts)]
+        headers = [headers[0], "rows", *headers[1:]]
     others = sum(max([len(x) for x in h.split("\n")] + [len(b[i]) for b in body]) + 2
                  for i, h in enumerate(headers) if i)
     narrowest = NAME_MIN_VERBOSE if verbose else NAME_MIN
@@ -284,7 +289,11 @@ def format_report(report, verbose: bool = False) -> str:
     head = (f"fusecheck check: {report.case}  backend={report.backend}  dtype={_dtype(report.dtype)}  "
             f"device={report.device}  train={report.train}  seed={report.seed}"
             + (f"  toggles={','.join(report.toggles)}" if report.toggles else ""))
-    lines = [*_wrap(head, ""), "", format_rows(report.rows, verbose), *legend(report.rows), ""]
+    shown, counts = (list(report.rows), None) if verbose else by_kind(report.rows)
+    grouped = [] if counts is None else _wrap(
+        f"{len(report.rows)} rows shown as {len(shown)} kinds (names alike but for a block index), nearest to "
+        "the limit first, each by its worst row; -v, --json and --html have every row", "")
+    lines = [*_wrap(head, ""), "", *grouped, format_rows(shown, verbose, counts), *legend(report.rows), ""]
     for r in report.rows:
         if not r.passed:
             lines += _wrap(f"{r.verdict.status.value} {r.name}: {r.verdict.message}")
