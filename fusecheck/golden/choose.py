@@ -12,14 +12,12 @@ rows (tests/golden/test_streamed_family.py); the report says which one ran and w
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from fusecheck.dtypes import short_name
-from fusecheck.runs.memory import gib, grown
+from fusecheck.runs.memory import gib, grown, host_available
 
 HEADROOM = 2.0  # allocator fragmentation, the upcast copies made while the fp64 model is built, the estimate's error
 
@@ -35,11 +33,7 @@ def available_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type == "cpu":
-        try:
-            m = re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text())
-        except OSError:
-            return None
-        return int(m.group(1)) * 1024 if m else None
+        return host_available()
     return None
 
 

@@ -48,20 +48,26 @@ def _glibc():
 from fusecheck.errors import OutOfMemory  # noqa: E402,F401
 
 
-def _host_peak() -> int | None:
+def _status_bytes(key: str, path: Path = _STATUS) -> int | None:
+    """A `KEY:   N kB` line of /proc's status or meminfo, in bytes; None where there is none."""
     try:
-        m = re.search(r"VmHWM:\s+(\d+) kB", _STATUS.read_text())
+        m = re.search(rf"{key}:\s+(\d+) kB", path.read_text())
     except OSError:
         return None
     return int(m.group(1)) * 1024 if m else None
+
+
+def _host_peak() -> int | None:
+    return _status_bytes("VmHWM")
 
 
 def _host_rss() -> int | None:
-    try:
-        m = re.search(r"VmRSS:\s+(\d+) kB", _STATUS.read_text())
-    except OSError:
-        return None
-    return int(m.group(1)) * 1024 if m else None
+    return _status_bytes("VmRSS")
+
+
+def host_available() -> int | None:
+    """The host's MemAvailable: what new allocations can take without swapping."""
+    return _status_bytes("MemAvailable", Path("/proc/meminfo"))
 
 
 def grown(entry: dict[str, int]) -> int | None:
