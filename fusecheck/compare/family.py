@@ -14,8 +14,9 @@ independent draw of c times eager's own error, c between sqrt 2 (a reassociated 
 accumulation errors) and sqrt 3 (stochastic against nearest rounding). So q_k = golden + d_k / sqrt 3 is an
 eager-like result whose error is an independent draw at c / sqrt 3 <= 1 times eager's scale: never noisier
 than eager, so a 3x-noisier compile still fails where eager's draw was typical, and a lucky draw is
-outvoted by K others. Per aggregate metric (RMSE, mean relative error, small-value counts) the family's value is the worse of eager's and the median over the q_k
-(the median: one run that crossed a decision does not carry the rest).
+outvoted by K others. Per aggregate metric (RMSE, mean relative error, small-value counts) the family's
+value is the worse of eager's and the median over the q_k (the median: one run that crossed a decision does
+not carry the rest). The per-element metrics keep eager's own values: the noise band judges them.
 
 No significant digits. Where the family's typical RMSE reaches the golden's own RMS, eager has no
 significant digit in that tensor (Monte Carlo arithmetic's criterion, CADNA's "numerical noise"): a relative

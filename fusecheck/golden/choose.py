@@ -61,9 +61,10 @@ def choose(model_bytes: int, eager_phase: dict[str, int], run_dtype: torch.dtype
         return Choice("streamed", f"golden: streamed, one block at a time (free memory on {device.type} could not be "
                                   "read, so the whole fp64 copy was not risked; --golden whole runs it)")
     need = whole_copy_bytes(model_bytes, eager_grew, run_dtype, golden_dtype)
-    sizes = f"about {gib(need)} for the {(short_name(str(golden_dtype)) or golden_dtype)} copy, {gib(free)} free on {device.type}"
+    name = short_name(str(golden_dtype)) or str(golden_dtype)
+    sizes = f"about {gib(need)} for the {name} copy, {gib(free)} free on {device.type}"
     if need * HEADROOM <= free:
-        return Choice("whole", f"golden: the whole {(short_name(str(golden_dtype)) or golden_dtype)} copy ({sizes}: it fits {HEADROOM:g}x "
-                               "over and runs at the cost of its arithmetic; --golden streamed streams it)")
+        return Choice("whole", f"golden: the whole {name} copy ({sizes}: it fits {HEADROOM:g}x over and runs at "
+                               "the cost of its arithmetic; --golden streamed streams it)")
     return Choice("streamed", f"golden: streamed, one block at a time ({sizes}: not {HEADROOM:g}x over; "
                               "--golden whole forces the copy)")

@@ -5,9 +5,9 @@ cut to `grad.mo…j.weight` is read by nobody. Names equal once every integer pa
 (`grad.model.layers.*.self_attn.q_proj.weight`) are one kind. Above KIND_ROWS rows the table shows each kind
 once: its worst row (the one that came closest to its limit: the largest of its checks' margins, a failure
 before any pass), named by the kind, with a column saying how many rows it holds, how many fail and which
-index was worst; kinds are sorted by
-that closeness, so the table reads from the row nearest to failing. Every row stays whole in the JSON and the
-HTML, and every failing row is still printed with its message below the table.
+index was worst; kinds are sorted by that closeness, so the table reads from the row nearest to failing.
+Every row stays whole in -v, the JSON and the HTML, and every failing row is still printed with its message
+below the table.
 """
 from __future__ import annotations
 
