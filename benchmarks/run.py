@@ -94,6 +94,15 @@ SUITES: dict[str, Suite] = {
         Step("bisect", _py("benchmarks/bisect_vs_torch.py", "--out", "{out}/bisect_vs_torch.md"), 900),)),
     "dist": Suite("fusecheck dist: checks per second against spawn-per-test, planted races' rates", (
         Step("dist", _py("benchmarks/dist.py", "--races", "--out", "{out}/dist.md"), 900),)),
+    "vs-torch": Suite("fusecheck against torch's own accuracy check (fp64 copy + same()): time, peak, verdicts", tuple(
+        Step(name, _py("benchmarks/vs_torch_accuracy.py", "--device", "{device}", "--targets", target, "--dtype", dtype,
+                       *extra, "--golden", "auto,whole", "--timeout", "900", "--jsonl", "{out}/vs_torch_{device}.jsonl",
+                       "--out", "{out}/vs_torch_{device}.md"), seconds, GRID_ENV)
+        for name, target, dtype, extra, seconds in [
+            ("vs_torch_block", "fusecheck/builtin/transformer_block.py:build", "fp32,bf16", (), 900),
+            ("vs_torch_block_train", "fusecheck/builtin/transformer_block.py:build", "fp32,bf16", ("--train",), 900),
+            ("vs_torch_0p5b", "models/wide_blocks.py:build_half_billion", "bf16", (), 2700),
+            ("vs_torch_0p5b_train", "models/wide_blocks.py:build_half_billion", "bf16", ("--train",), 2700)])),
     "gpu-tests": Suite("the tests that need a GPU, on it", (
         Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/check/test_gpu.py",
                           "tests/compare/test_compare_triton.py", "tests/golden/test_decisions.py", "tests/check/test_precision_notes.py",
