@@ -2,9 +2,11 @@
 own process. Fast: a child past its time limit or its memory limit is a TIMEOUT or OOM row, and the table says
 so. Slow: both verdicts PASS for stock Inductor on the tiny MLP, with wall time and peak in both columns."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
 
 import pytest
 
@@ -22,6 +24,8 @@ def _run(tmp_path, *extra, timeout=280):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FUSECHECK_BENCH_TESTS") != "1", reason="two cold-compiling processes (~60 s): "
+                    "FUSECHECK_BENCH_TESTS=1 runs it; CI keeps its 10 minutes for the checker's own tests")
 def test_stock_inductor_passes_both_checks_side_by_side(tmp_path):
     text, rows = _run(tmp_path)
     head, _, line = text.splitlines()[:3]
