@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import pytest
 
 import benchmarks.vs_torch_accuracy as vs
