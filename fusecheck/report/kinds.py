@@ -45,12 +45,13 @@ def by_kind(rows: Sequence) -> tuple[list, list[str] | None]:
         groups.setdefault(kind_of(r.name), []).append(r)
     shown = []
     for kind, members in groups.items():
-        worst = max(members, key=closeness)
-        failing = sum(not r.passed for r in members)
-        spread = len({closeness(r) for r in members}) > 1  # all alike (bitwise equal rows): no worst to name
+        scores = [closeness(r) for r in members]
+        top = max(range(len(members)), key=scores.__getitem__)
+        worst, failing = members[top], sum(not r.passed for r in members)
+        spread = len(set(scores)) > 1  # all alike (bitwise equal rows): no worst to name
         where = ",".join(_INDEX.findall(worst.name)) if spread else ""
         cell = ", ".join([str(len(members))] + ([f"{failing} FAIL"] if failing else [])
                          + ([f"worst {where}"] if where else []))
-        shown.append((closeness(worst), dataclasses.replace(worst, name=kind), cell))
+        shown.append((scores[top], dataclasses.replace(worst, name=kind), cell))
     shown.sort(key=lambda t: t[0], reverse=True)
     return [r for _, r, _ in shown], [c for _, _, c in shown]
