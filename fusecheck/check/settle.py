@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 from fusecheck.compare import Comparison, Status, Verdict, compare
 from fusecheck.compare.family import Family, family_of, judge_without_digits
 from fusecheck.compare.noise_band import Spread, judge_band
+from fusecheck.check.digits import digit_mask, restrict
 from fusecheck.check.rows import Doubt, RowJudge, per_element_only
 
 NOISE_BAND_RUNS = 8  # K randomised-rounding eager runs: the band is the max of K + 1 draws per element; K = 8
@@ -30,6 +31,7 @@ OUTCOMES = {  # how a doubted row ended, as the report's note counts them
     "family": "not worse than eager's family",
     "no_digits": "without a significant digit in eager, not worse on RMSE",
     "band": "within each element's noise band",
+    "digits": "not worse where eager has a significant digit, and on RMSE where it has none",
     "failed": "still worse",
 }
 
@@ -60,6 +62,17 @@ def settle(judge: RowJudge, measure: Callable[[Iterable[str]], Spread]) -> list[
 
 
 def _settle_row(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, name: str) -> str:
+    before = row.verdict
+    outcome = _settle_whole(row, doubt, spread, judge, name)
+    if outcome == "failed":  # last: are the checks that still fail decided by elements without a digit?
+        mask = digit_mask(doubt, spread.get(name))
+        if mask is not None:
+            row.verdict = before
+            outcome = _split(row, doubt, spread, judge, name, mask)
+    return outcome
+
+
+def _settle_whole(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, name: str) -> str:
     policy = judge.policy
     base = row.reference_vs_golden or compare(doubt.eager, doubt.eager, doubt.golden, policy=policy,
                                               name=name).vs_golden
@@ -91,6 +104,42 @@ def _settle_row(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, 
     call, _, v = remaining[0]
     _still_failing(row, call, f"against eager's family ({_family_text(family)}) too: {v.message}", v.margins)
     return "failed"
+
+
+def _split(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, name: str, mask) -> str:
+    """Some elements have a significant digit in eager and some none (digits.py): the first are settled as
+    any row is (family, then band), the others judged on RMSE alone against the family's largest."""
+    policy = judge.policy
+    flagged = "; ".join(f for _, _, v in doubt.runs for f in v.failed_checks)
+    n_with, n_without = int(mask.sum()), int((~mask).sum())
+    with_digit, s_with = restrict(doubt, spread, name, mask)
+    with_digit.runs = [(call, r, compare(r, with_digit.eager, with_digit.golden, policy=policy, name=name).verdict)
+                       for call, r, _ in with_digit.runs]
+    part = compare(with_digit.runs[0][1], with_digit.eager, with_digit.golden, policy=policy, name=name)
+    failing = [(call, v) for call, _, v in with_digit.runs if not v.passed]
+    if failing:
+        part.verdict = failing[0][1]
+        if _settle_whole(part, with_digit, s_with, judge, name) == "failed":
+            _still_failing(row, failing[0][0], f"on the {n_with} element(s) where eager has a significant "
+                           f"digit: {part.verdict.message}", part.verdict.margins)
+            return "failed"
+    without, s_without = restrict(doubt, spread, name, ~mask)
+    base = compare(without.eager, without.eager, without.golden, policy=policy, name=name).vs_golden
+    family = family_of(base, without.golden, s_without.diffs.get(name, []), policy, doubt.eager.dtype, name)
+    judged = [(call, judge_without_digits(r, without.golden, family, policy, name)) for call, r, _ in without.runs]
+    bad = [(call, v) for call, v in judged if not v.passed]
+    if bad:
+        _still_failing(row, bad[0][0], f"on the {n_without} element(s) where eager has no significant digit "
+                       f"(its noise reaches |golden|): {bad[0][1].message}", bad[0][1].margins)
+        return "failed"
+    row.verdict = Verdict(Status.PASS, "not_worse_than_eager",
+                          f"the golden checks flagged {flagged}, but eager has no significant digit at "
+                          f"{n_without} of {n_with + n_without} elements (its noise, its error or the largest "
+                          f"move of {spread.runs} randomised-rounding eager runs, reaches |golden|): on the "
+                          f"{n_with} others compiled is not worse than eager ({part.verdict.message}); on these, "
+                          f"{judged[0][1].message}",
+                          margins={**part.verdict.margins, **judged[0][1].margins})
+    return "digits"
 
 
 def _family_text(family: Family) -> str:
