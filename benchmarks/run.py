@@ -103,6 +103,12 @@ SUITES: dict[str, Suite] = {
             ("vs_torch_block_train", "fusecheck/builtin/transformer_block.py:build", "fp32,bf16", ("--train",), 900),
             ("vs_torch_0p5b", "models/wide_blocks.py:build_half_billion", "bf16", (), 2700),
             ("vs_torch_0p5b_train", "models/wide_blocks.py:build_half_billion", "bf16", ("--train",), 2700)])),
+    "profile-golden": Suite("where the golden's time goes: streamed and whole against the bare fp64 arithmetic", (
+        Step("profile_golden_1b_train", _py("benchmarks/profile_golden.py", "--target", "models/scale.py:build_1b",
+                                            "--device", "{device}", "--train", "--out", "{out}/pstats_1b_train"), 400),
+        Step("profile_golden_8b_8layers", _py("benchmarks/profile_golden.py", "--target", "models/scale.py:build_8b",
+                                              "--device", "{device}", "--out", "{out}/pstats_8b_fwd"), 300,
+             {"FUSECHECK_LAYERS": "8"}))),
     "gpu-tests": Suite("the tests that need a GPU, on it", (
         Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/check/test_gpu.py",
                           "tests/compare/test_compare_triton.py", "tests/golden/test_decisions.py", "tests/check/test_precision_notes.py",
