@@ -150,7 +150,10 @@ def _build_gpt2(c):
 
 def _llama_like(rng, head_dim_free=True):
     h, d, kv = _heads(rng)
-    hidden = rng.choice([h * d, rng.randrange(16, 129, 8)]) if head_dim_free else h * d
+    # a free hidden size is still a multiple of the heads (transformers >= 5.2x validates hidden % heads even
+    # with an explicit head_dim); for 1, 2, 4, 8 heads the choice, and so the draw, is what it always was
+    free = [v for v in range(16, 129, 8) if v % h == 0]
+    hidden = rng.choice([h * d, rng.choice(free)]) if head_dim_free else h * d
     return {**_common(rng), **_tokens(rng), "hidden": hidden, "heads": h, "kv_heads": kv, "head_dim": d,
             "inter": _inter(rng, hidden), "rope": _rope(rng), "positions": "rotary"}
 
