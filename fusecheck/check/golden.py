@@ -37,13 +37,24 @@ def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
     """Run the golden through every pass; returns the fallback (its notes; the per-block replays use it)."""
     phase(f"running the {p.golden_dtype} golden of {p.name!r} ({how})")
     fallback = GoldenFallback(p.golden_dtype)
+    # rows are judged as the golden produces them: that time is the "judge" phase, not the golden's arithmetic
+    judged_before = p.timings.get("judge", 0.0)
+    try:
+        _golden_passes(p, judge, compiled, golden, how, fallback)
+    finally:
+        p.carve("judge", "golden", judged_before)
+    return fallback
+
+
+def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None], how: str,
+                   fallback: GoldenFallback) -> None:
     with p.measured("golden"):
         try:
             done = 0
             for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
                                                 p.policy.ratios.decision_tie):
                 with fallback, follower:
-                    golden(outside_modes(sink))
+                    golden(outside_modes(p.timed("judge", sink)))
                 p.notes.extend(follower.report.notes())
                 done += 1
             if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it
@@ -54,7 +65,6 @@ def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
                 raise
             raise GoldenError(f"the {p.golden_dtype} golden run of {p.name!r} failed where eager ran "
                               f"({how} golden): {type(exc).__name__}: {exc}") from exc
-    return fallback
 
 
 def run_blocks(p: Pipeline, recorder, fallback: GoldenFallback, judge_blocks: Callable) -> list:

@@ -70,6 +70,22 @@ class Pipeline:
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
 
+    def timed(self, name: str, fn: Callable) -> Callable:
+        """`fn` whose time is booked to `name` (a stage nested in another: the judging of rows while the golden
+        runs), so that the enclosing phase can hand it over with `carve`."""
+        def call(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+        return call
+
+    def carve(self, inner: str, outer: str, before: float) -> None:
+        """Take the time `inner` gained since it stood at `before` out of `outer`: each phase reports its own."""
+        spent = self.timings.get(inner, 0.0) - before
+        self.timings[outer] = self.timings.get(outer, 0.0) - spent
+
     def passes_through(self, exc: BaseException) -> bool:
         """Errors no stage rewords: a user's mistake already said, an out-of-memory, the backend's own."""
         from fusecheck.errors import UserError

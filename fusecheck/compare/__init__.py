@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fusecheck.compare.cores.torch_core import eager_chunk_elems
+from fusecheck.compare.host import to_host
 from fusecheck.compare.metrics import (METRICS, Metrics, classify_nonfinite, iter_aligned_chunks,
                                        multi_pair_metrics, pair_metrics)
 from fusecheck.compare.scale import Applied, applied_thresholds
@@ -162,6 +163,8 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
         result, reference = result.float(), reference.float()  # exact: fp8 -> fp32 loses no bit
     if getattr(golden, "dtype", None) in NARROW_FLOATS:  # the model itself casts to fp8: so does its golden
         golden = golden.float()
+    if isinstance(result, torch.Tensor) and isinstance(reference, torch.Tensor) and result.device == reference.device:
+        result, reference, golden = to_host(result, reference, golden)  # small ones: cheaper than any launch
     bad = _structural_check(name, result, reference, golden, nonfinite_probe)
     if bad is not None:
         return bad

@@ -164,6 +164,7 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     answers)."""
     from fusecheck.compare import cores
     from fusecheck.compare.cores.torch_core import params
+    from fusecheck.compare.host import to_host
 
     tensors: list[torch.Tensor] = []
     index: dict[int, int] = {}
@@ -172,7 +173,8 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
             if id(t) not in index:
                 index[id(t)] = len(tensors)
                 tensors.append(t)
-    device = next(iter(pairs.values()))[0].device
+    tensors = list(to_host(*tensors))  # small ones on an accelerator: cheaper on the host than any launch
+    device = tensors[0].device
     acc = accum_dtype(device)
     mant, min_eb = ulp_format(ulp_dtype)
     fparams, iparams = params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,

@@ -198,37 +198,49 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     if stats is not None:
         stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
     cnt, tcnt, sums, maxes, hist, omax = outputs
-    # reduced over programs on the device, then one transfer; the entries are assembled on the host (a few
-    # hundred bytes: no launch per entry)
+    # reduced over programs on the device, one transfer, then the entries assembled from Python floats on the
+    # host (a few hundred numbers: a torch op per entry would cost more than the kernels at a million elements)
     reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
                          tcnt.sum(0, dtype=torch.int64).double().flatten(), sums.sum(0).flatten(),
                          maxes.amax(0).flatten(), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double().flatten(),
-                         omax[:, :, :OCTAVES].amax(0).flatten()]).cpu()
-    c, t, s, m, h, o = reduced.split([npairs * len(COUNTS), 3 * len(TENSOR_COUNTS), npairs * len(SUMS),
-                                      npairs * len(MAXES), npairs * OCTAVES, npairs * OCTAVES])
-    parts = _Parts(n, pairs, raws, c.view(npairs, -1), t.view(3, -1), s.view(npairs, -1), m.view(npairs, -1),
-                   h.view(npairs, -1), o.view(npairs, -1))
-    return torch.stack([torch.cat([ENTRIES[name](parts, p).reshape(-1) for name in ACCUMULATORS])
-                        for p in range(npairs)])
+                         omax[:, :, :OCTAVES].amax(0).flatten()]).tolist()
+    parts = _Parts(n, pairs, raws, reduced, npairs)
+    return torch.tensor([[v for name in ACCUMULATORS for v in _values(ENTRIES[name](parts, p))]
+                         for p in range(npairs)], dtype=torch.float64)
+
+
+def _values(entry) -> list[float]:
+    return entry if isinstance(entry, list) else [entry]
 
 
 class _Parts:
-    """The reduced kernel outputs of one chunk, looked up by name (ENTRIES)."""
+    """The reduced kernel outputs of one chunk as Python floats, looked up by name (ENTRIES)."""
 
-    def __init__(self, n, pairs, raws, cnt, tcnt, sums, maxes, hist, omax):
+    def __init__(self, n, pairs, raws, flat: list[float], npairs: int):
         self.n, self.pairs, self.raws = n, pairs, raws
-        self.cnt, self.tcnt, self.sums, self.maxes, self.hist, self.omax = cnt, tcnt, sums, maxes, hist, omax
+        sizes = {"cnt": npairs * len(COUNTS), "tcnt": 3 * len(TENSOR_COUNTS), "sums": npairs * len(SUMS),
+                 "maxes": npairs * len(MAXES), "hist": npairs * OCTAVES, "omax": npairs * OCTAVES}
+        start = 0
+        for kind, size in sizes.items():
+            setattr(self, kind, flat[start:start + size])
+            start += size
+
+    def at(self, kind: str, row: int, col: int, width: int) -> float:
+        return getattr(self, kind)[row * width + col]
 
     def count(self, p, name):
-        return self.cnt[p, COUNTS.index(name)]
+        return self.at("cnt", p, COUNTS.index(name), len(COUNTS))
 
     def tensor(self, p, side, name):
-        return self.tcnt[self.pairs[p][side], TENSOR_COUNTS.index(name)]
+        return self.at("tcnt", self.pairs[p][side], TENSOR_COUNTS.index(name), len(TENSOR_COUNTS))
+
+    def octaves(self, kind, p):
+        return getattr(self, kind)[p * OCTAVES:(p + 1) * OCTAVES]
 
 
 def _from(kind: str, table: tuple):
-    def get(parts: _Parts, p: int, name: str) -> torch.Tensor:
-        return getattr(parts, kind)[p, table.index(name)]
+    def get(parts: _Parts, p: int, name: str) -> float:
+        return parts.at(kind, p, table.index(name), len(table))
     return get
 
 
@@ -236,17 +248,13 @@ def _named(get, name):
     return lambda parts, p: get(parts, p, name)
 
 
-def _full(value_of):
-    return lambda parts, p: torch.full((), float(value_of(parts, p)), dtype=torch.float64)
-
-
-# accumulator -> its value for pair p from the reduced kernel outputs (every ACCUMULATORS name: a KeyError
-# names one that is missing)
+# accumulator -> its value (a float, or a list of floats per octave) for pair p from the reduced kernel
+# outputs (every ACCUMULATORS name: a KeyError names one that is missing)
 ENTRIES = {
     **{name: _named(_from("cnt", COUNTS), name) for name in COUNTS if name in ACCUMULATORS and name != "bits_equal"},
     **{name: _named(_from("sums", SUMS), name) for name in SUMS},
     **{name: _named(_from("maxes", MAXES), name) for name in MAXES},
-    "numel": _full(lambda parts, p: parts.n),
+    "numel": lambda parts, p: float(parts.n),
     "a_nonfinite": lambda parts, p: parts.tensor(p, 0, "nonfinite"),
     "b_nonfinite": lambda parts, p: parts.tensor(p, 1, "nonfinite"),
     "b_nan": lambda parts, p: parts.tensor(p, 1, "nan"),
@@ -255,9 +263,9 @@ ENTRIES = {
     "rel_lt_5e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_5e-3"),
     "bits_equal": lambda parts, p: (parts.count(p, "bits_equal")
                                     if parts.raws[parts.pairs[p][0]].dtype == parts.raws[parts.pairs[p][1]].dtype
-                                    else torch.full((), -1.0, dtype=torch.float64)),
-    "octave_n": lambda parts, p: parts.hist[p],
-    "octave_max_abs": lambda parts, p: parts.omax[p],
+                                    else -1.0),
+    "octave_n": lambda parts, p: parts.octaves("hist", p),
+    "octave_max_abs": lambda parts, p: parts.octaves("omax", p),
 }
 
 
