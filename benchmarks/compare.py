@@ -1,7 +1,7 @@
 """Benchmark: the comparison core against torch.testing.assert_close and against the same metrics computed
 as separate fp64 torch ops, on the same tensors in the same run.
 
-    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,eager,compiled,triton,cpu_core]
+    python benchmarks/compare.py [--device cuda] [--sizes 1e6,1.6e7] [--modes auto,on_device,eager,compiled,triton,cpu_core]
                                  [--threads N] [--out results.md]
 
 What each contender computes:
@@ -9,7 +9,8 @@ What each contender computes:
   `eager` (the torch core: FUSECHECK_COMPILED_COMPARE=0, FUSECHECK_TRITON_COMPARE=0, FUSECHECK_CPU_CORE=0),
   `compiled` (the Inductor kernel; its one-time compile is the first call), `triton` (the hand-written Triton
   kernel, CUDA only; its first call compiles and self-checks), `cpu_core` (the C core on CPU; its first call
-  builds it into an empty cache), `auto` (the defaults: Triton on CUDA, the C core on CPU).
+  builds it into an empty cache), `auto` (the defaults: Triton on CUDA, the C core on CPU, and tensors under
+  2^16 elements on an accelerator compared on a host copy), `on_device` (`auto` without that host copy).
 - read once: one reduction over each of the three tensors, the least any comparison must do; the
   effective bandwidth is the three tensors' bytes over fusecheck.compare's time.
 - assert_close: one pair (result vs eager), allclose only (the cheapest thing a CI could do).
@@ -31,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fusecheck from the repo root, installed or not
 
 from fusecheck.compare import compare
+from fusecheck.compare import host
 from fusecheck.compare.cores import c_core, inductor_core, triton_core
 
 
@@ -91,8 +93,10 @@ def read_once(res, ref, gold) -> None:
 
 
 # mode -> the switches it sets (the others unset: their defaults)
-_OFF = {inductor_core.ENV: "0", triton_core.ENV: "0", c_core.ENV: "0"}
-MODES = {"auto": {}, "eager": dict(_OFF), "compiled": {**_OFF, inductor_core.ENV: "1"},
+# (each core mode keeps every tensor on its device; `auto` copies small accelerator tensors to the host,
+# `on_device` is `auto` without that copy)
+_OFF = {inductor_core.ENV: "0", triton_core.ENV: "0", c_core.ENV: "0", host.ENV: "0"}
+MODES = {"auto": {}, "on_device": {host.ENV: "0"}, "eager": dict(_OFF), "compiled": {**_OFF, inductor_core.ENV: "1"},
          "triton": {**_OFF, triton_core.ENV: "1"}, "cpu_core": {**_OFF, c_core.ENV: "1"}}
 
 
