@@ -36,7 +36,7 @@ finally:
     else:
         os.environ["TRITON_INTERPRET"] = _env
 
-from fusecheck.compare import cores, scale  # noqa: E402
+from fusecheck.compare import cores, host, scale  # noqa: E402
 from fusecheck.compare.cores import torch_core, triton_core  # noqa: E402
 from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
 from tests import compare_reference as old  # noqa: E402
@@ -59,6 +59,7 @@ def kernel(monkeypatch):
     monkeypatch.setattr(triton_core, "_failed", set())
     monkeypatch.setattr(triton_core, "_checked", set())
     monkeypatch.setattr(triton_core, "MIN_ELEMS", 0)  # small tensors here go through the kernel too
+    monkeypatch.setenv(host.ENV, "0")  # ... and stay on their GPU (no host copy)
     if not CUDA:
         monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads it at run time too
         monkeypatch.setattr(triton_core, "BLOCK", 32)
