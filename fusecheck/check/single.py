@@ -53,9 +53,11 @@ def report_dtype(dtype) -> torch.dtype | None:
     return resolve_dtype(dtype) if isinstance(dtype, str) or dtype is None else dtype
 
 
-def model_bytes(model) -> int:
-    """Parameters and buffers, each shared tensor once."""
-    return sum(t.numel() * t.element_size() for t in {id(t): t for t in module_tensors(model).values()}.values())
+def model_bytes(model, trained: bool = False) -> int:
+    """Parameters and buffers, each shared tensor once (`trained`: only the parameters that take gradients)."""
+    tensors = {id(t): t for t in (model.parameters() if trained else module_tensors(model).values())
+               if not trained or t.requires_grad}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def plan_for(prepared: Case, opts: CheckOptions) -> BlockPlan | None:
@@ -119,7 +121,8 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     mode = "streamed" if plan is not None and opts.golden != "whole" and not mutates_state else "whole"
     if mode == "streamed" and opts.golden == "auto" and not opts.regional:
         choice = choose_golden(model_bytes(prepared.model), p.mem.peaks.get("eager", {}),
-                               floating_dtype(prepared.model, run_dtype), p.golden_dtype, p.golden_device)
+                               floating_dtype(prepared.model, run_dtype), p.golden_dtype, p.golden_device,
+                               grad_bytes=model_bytes(prepared.model, trained=True) if opts.train else 0)
         mode = choice.mode
         p.notes.append(choice.why)
     p.notes += capture_notes(p, compiled)
