@@ -111,7 +111,7 @@ SUITES: dict[str, Suite] = {
              {"FUSECHECK_LAYERS": "8"}))),
     "gpu-tests": Suite("the tests that need a GPU, on it", (
         Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/check/test_gpu.py",
-                          "tests/compare/test_compare_triton.py", "tests/compare/test_host_small.py", "tests/golden/test_decisions.py", "tests/check/test_precision_notes.py",
+                          "tests/compare/test_compare_triton.py", "tests/compare/test_host_small.py", "tests/runs/test_park.py", "tests/golden/test_decisions.py", "tests/check/test_precision_notes.py",
                           "tests/op/test_op_triton.py", "tests/check/test_settle.py", "tests/compare/test_noise_band.py",
                           "tests/toggles/test_promises.py"), 600,
              {"CI": "1"}),)),

@@ -1,6 +1,7 @@
 """Stage: compiled, twice, every run judged. The second run keeps in full what differs from the first (a
 race that hits only the second call is compared with the golden like the first run), and a result it could
-not keep (a gradient accumulated twice) is taken from a third run. The choices the compiled graphs made at
+not keep (a gradient accumulated twice) is taken from a third run. On an accelerator the first run's large
+results wait on the host during the repeat (fusecheck/runs/park.py). The choices the compiled graphs made at
 discrete decisions (topk routing, masks) are read from their taps, and eager's from one more eager run."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fusecheck.golden.choices.follow import Recorder
 from fusecheck.runs.digest import digest
 from fusecheck.errors import CompileError
 from fusecheck.runs.execute import RunResult
+from fusecheck.runs.park import parked
 from fusecheck.cli.watchdog import phase
 
 # compiling(capture) -> a context that yields the compiled callable and undoes the compile on exit
@@ -58,11 +60,12 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 compiled = p.run(fn, cotangents=cotangents)
                 choices = list(capture.decisions or ())
                 first = {k: digest(v) for k, v in compiled.all(compiled.mutated).items()}
-                compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
-                noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
-                again = {k: v for k, v in compiled2.differing.items() if k in noisy}
-                again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
-                del compiled2
+                with parked(compiled, p.device):  # the repeat run's gradients in the first run's memory
+                    compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
+                    noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
+                    again = {k: v for k, v in compiled2.differing.items() if k in noisy}
+                    again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
+                    del compiled2
                 if after is not None:
                     after()
         except Exception as exc:

@@ -1,0 +1,71 @@
+"""The first compiled run's results wait on the host during the repeat run (fusecheck/runs/park.py): they come
+back bit for bit under the same keys, the device's memory is free meanwhile (CUDA), small results and the host
+itself are left alone, and a race on the repeat call is still caught while they are parked."""
+import pytest
+import torch
+
+from fusecheck.case import load_target
+from fusecheck.check import run_check
+from fusecheck.runs import park
+from fusecheck.runs.execute import RunResult
+
+CUDA = torch.cuda.is_available()
+
+
+def _result(device, n=1000):
+    g = torch.Generator().manual_seed(0)
+    t = {k: torch.randn(n, generator=g).to(device) for k in ("out", "g.w", "state")}
+    return RunResult({"output": t["out"]}, {"grad.w": t["g.w"].bfloat16()}, after={"mutated.state.b": t["state"]})
+
+
+def _bits(r: RunResult):
+    return {k: (v.dtype, v.device, v.cpu().view(torch.int16 if v.dtype == torch.bfloat16 else torch.int32).tolist())
+            for k, v in r.all(("mutated.state.b",)).items()}
+
+
+def test_small_results_and_the_host_stay_where_they_are():
+    r = _result("cpu", n=4)
+    before = {k: id(v) for k, v in r.all(("mutated.state.b",)).items()}
+    assert not park.worth_parking(r, torch.device("cpu"))
+    with park.parked(r, torch.device("cpu")) as moved:
+        assert not moved and {k: id(v) for k, v in r.all(("mutated.state.b",)).items()} == before
+
+
+def test_parked_results_come_back_bit_for_bit_under_the_same_keys():
+    r = _result("cpu")
+    want = _bits(r)
+    with park.parked(r, torch.device("cpu"), force=True) as moved:
+        assert moved
+    assert _bits(r) == want
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_on_cuda_the_device_memory_is_free_while_parked(monkeypatch):
+    monkeypatch.setattr(park, "PARK_MIN_BYTES", 1 << 20)
+    r = _result("cuda", n=1 << 22)  # 16 + 8 + 16 MiB
+    want = _bits(r)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    with park.parked(r, torch.device("cuda")) as moved:
+        assert moved and torch.cuda.memory_allocated() <= held - (40 << 20)
+        assert all(v.device.type == "cpu" and v.is_pinned() for v in r.all(("mutated.state.b",)).values())
+    assert _bits(r) == want and all(v.is_cuda for v in r.all(("mutated.state.b",)).values())
+
+
+@pytest.mark.parametrize("race", ["first_call_race", "second_call_race"])
+def test_a_race_is_caught_while_the_first_run_is_parked(monkeypatch, race):
+    # the host is never parked in use: force it here, so that the check runs with the first run's results moved
+    calls = []
+    monkeypatch.setattr(park, "worth_parking", lambda r, d: calls.append(d) or True)
+    r = run_check(load_target("models/mlp.py:build"), backend="tests/planted/backends.py:" + race, train=True)
+    assert calls and r.exit_code == 1 and not r.compiled_repeatable
+    assert all(row.verdict.code == "nondeterministic_compiled" for row in r.rows if not row.passed)
+
+
+def test_a_correct_compile_gives_the_same_rows_parked_or_not(monkeypatch):
+    plain = run_check(load_target("models/mlp.py:build"), backend="aot_eager", train=True)
+    monkeypatch.setattr(park, "worth_parking", lambda r, d: True)
+    moved = run_check(load_target("models/mlp.py:build"), backend="aot_eager", train=True)
+    assert plain.exit_code == moved.exit_code == 0 and moved.compiled_repeatable
+    assert [(a.name, a.vs_golden.rmse) for a in plain.rows] == [(b.name, b.vs_golden.rmse) for b in moved.rows]
