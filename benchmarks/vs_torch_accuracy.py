@@ -391,19 +391,22 @@ def _verdict(r) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per fusecheck measurement, beside the anchor of the same target, dtype, mode, device and seed (the
-    latest one). Wall: the check alone, after the model build. Peaks: over the child's baseline (after imports and
+    """One line per fusecheck measurement, beside the anchor of the same target, dtype, mode, device and seed measured
+    last before it (the same run's; rows of several runs appended to one file keep their own anchors). Wall: the check alone, after the model build. Peaks: over the child's baseline (after imports and
     the model build), then absolute. Ratios: fusecheck over the anchor (wall, CPU time, peak over baseline)."""
     from tabulate import tabulate
 
     def key(r):
         return (r["target"], r["device"], r["dtype"], r["train"], r["seed"], r["backend"])
-    anchors = {key(r): r for r in rows if r["tool"] == "anchor"}
+    latest = {key(r): r for r in rows if r["tool"] == "anchor"}
+    before: dict = {}
     lines = []
     for r in rows:
+        if r["tool"] == "anchor":
+            before[key(r)] = r
         if r["tool"] != "fusecheck":
             continue
-        an = anchors.get(key(r))
+        an = before.get(key(r), latest.get(key(r)))
         params = r.get("params") or (an or {}).get("params")
 
         def peak(x):

@@ -13,6 +13,7 @@ import torch
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
+from fusecheck.runs.park import park_values
 
 # checks that look at a few elements (a largest error): eager being accurate at those elements is a question
 # of how each was computed, which only the per-element noise band answers (fusecheck/check/settle.py)
@@ -80,6 +81,12 @@ class RowJudge:
     # rows failed by the golden checks, kept to be settled by eager's family and noise band (settle.py)
     doubtful: dict[str, Doubt] = field(default_factory=dict)
     keep_doubts: bool = True
+    # compiled results waiting on the host while the golden runs (fusecheck/runs/park.py): each comes back to
+    # eager's device when its row is judged (a result compiled put elsewhere by itself is not moved: reported)
+    parked: set[str] = field(default_factory=set)
+
+    def park(self, device: torch.device) -> None:
+        self.parked = park_values(self.compiled, device)
 
     def measure_eager(self, name: str, golden: torch.Tensor | None) -> None:
         """Sink of a golden pass that only measures eager's error (the row is judged in a later pass)."""
@@ -104,6 +111,8 @@ class RowJudge:
         e1, c1 = self.eager.pop(name, None), self.compiled.pop(name, None)
         if e1 is None:
             return  # not a result of eager: nothing to judge it against
+        if name in self.parked and c1 is not None:
+            c1 = c1.to(e1.device)
         self.rows[name] = self._row(name, e1, c1, golden)
 
     def _row(self, name: str, e1: torch.Tensor, c1: torch.Tensor | None, g: torch.Tensor | None) -> Comparison:

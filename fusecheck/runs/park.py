@@ -1,11 +1,13 @@
-"""A run's results wait on the host while a repeat run needs the accelerator's memory.
+"""A run's results wait on the host while the accelerator's memory is needed for something else.
 
 Why: a whole-model compiled backward returns every gradient at once, so the repeat compiled run holds a
 model's worth of gradients while eager's results and the first compiled run's (both kept for the judge) are
 held too: four times the model plus activations (Llama-8B shape `--train` on the H200: 4.6x). The first run's
-results are copied to pinned host memory before the repeat run and back after it: two transfers over the
-host link (~1 s for 16 GB), against a model's worth of device memory at the peak. Below PARK_MIN_BYTES the
-results cost less memory than the transfers cost time, and on the host itself there is nowhere to move them.
+results are copied to pinned host memory before the repeat run and back after it (`parked`), and while the
+golden runs they wait there again and come back one row at a time, as the judge reaches each (`park_values`,
+`RowJudge.parked`): transfers over the host link (~1 s for 16 GB each way), against a model's worth of device
+memory at the peak. Below PARK_MIN_BYTES the results cost less memory than the transfers cost time, and on the
+host itself there is nowhere to move them.
 """
 from __future__ import annotations
 
@@ -20,14 +22,50 @@ PARK_MIN_BYTES = 1 << 30
 _SECTIONS = ("outputs", "grads", "after")
 
 
-def _tensors(result: RunResult, device: torch.device) -> list[tuple[dict, str, torch.Tensor]]:
-    return [(d, k, t) for d in (getattr(result, s) for s in _SECTIONS) for k, t in d.items()
-            if isinstance(t, torch.Tensor) and t.device == device]
+def _on(device: torch.device, t) -> bool:
+    # "cuda" names whichever GPU is current; a tensor names its index
+    return isinstance(t, torch.Tensor) and t.device.type == device.type and (
+        device.index is None or t.device.index == device.index)
+
+
+def _tensors(dicts, device: torch.device) -> list[tuple[dict, str, torch.Tensor]]:
+    return [(d, k, t) for d in dicts for k, t in d.items() if _on(device, t)]
+
+
+def _sections(result: RunResult) -> list[dict]:
+    return [getattr(result, s) for s in _SECTIONS]
+
+
+def _worth(entries, device: torch.device) -> bool:
+    held = sum(t.numel() * t.element_size() for _, _, t in entries)
+    return device.type != "cpu" and held >= PARK_MIN_BYTES
 
 
 def worth_parking(result: RunResult, device: torch.device) -> bool:
-    held = sum(t.numel() * t.element_size() for _, _, t in _tensors(result, device))
-    return device.type != "cpu" and held >= PARK_MIN_BYTES
+    return _worth(_tensors(_sections(result), device), device)
+
+
+def _to_host(entries, device: torch.device) -> list[tuple[dict, str, torch.Tensor]]:
+    """Each tensor copied into (pinned, on CUDA) host memory and put in its dict in place of the device one."""
+    pin = device.type == "cuda" and torch.cuda.is_available()
+    moved = []
+    with torch.no_grad():
+        for d, k, t in entries:
+            host = torch.empty_like(t, device="cpu", pin_memory=pin)
+            host.copy_(t, non_blocking=pin)
+            moved.append((d, k, host))
+        if pin:
+            torch.cuda.current_stream(device).synchronize()
+        for d, k, host in moved:
+            d[k] = host  # the device copy's last reference: freed
+    return moved
+
+
+def park_values(d: dict, device: torch.device) -> set[str]:
+    """`d`'s tensors on `device` moved to the host when they are worth it; the keys moved (each comes back
+    with `.to(device)` when it is needed)."""
+    entries = _tensors([d], device)
+    return {k for _, k, _ in _to_host(entries, device)} if _worth(entries, device) else set()
 
 
 @contextlib.contextmanager
@@ -39,16 +77,7 @@ def parked(result: RunResult, device: torch.device, *, force: bool = False) -> I
         yield False
         return
     pin = torch.cuda.is_available() and device.type == "cuda"
-    moved = []
-    with torch.no_grad():
-        for d, k, t in _tensors(result, device):
-            host = torch.empty_like(t, device="cpu", pin_memory=pin)
-            host.copy_(t, non_blocking=pin)
-            moved.append((d, k, host))
-        if pin:
-            torch.cuda.current_stream(device).synchronize()
-        for d, k, host in moved:
-            d[k] = host  # the device copy's last reference: freed
+    moved = _to_host(_tensors(_sections(result), device), device)
     try:
         yield True
     finally:

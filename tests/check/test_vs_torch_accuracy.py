@@ -62,3 +62,15 @@ def test_the_table_pairs_each_fusecheck_row_with_its_anchor():
     assert first[:3] == ["x:build", "0.50 B", "bf16 train, golden auto (streamed)"]
     assert first[6] == "2.00 (3.00)" and first[7:10] == ["-", "-", "-"] and first[-2:] == ["OOM (fp64)", "PASS"]
     assert lines[1].rstrip(" |").endswith("TIMEOUT (over --timeout 9 s)")
+
+
+def test_runs_appended_to_one_file_keep_their_own_anchors():
+    base = {"target": "models/x.py:build", "device": "cpu", "dtype": "bf16", "train": False, "seed": 0,
+            "backend": "inductor", "params": 10 ** 6, "status": "PASS", "baseline_bytes": 0, "peak_bytes": vs.GIB,
+            "golden": "auto"}
+    rows = [{**base, "tool": "anchor", "check_seconds": 100.0}, {**base, "tool": "fusecheck", "check_seconds": 50.0},
+            {**base, "tool": "anchor", "check_seconds": 10.0}, {**base, "tool": "fusecheck", "check_seconds": 20.0}]
+    ratios = [[c.strip() for c in line.strip("|").split("|")][7] for line in vs.table(rows).splitlines()[2:]]
+    assert ratios == ["0.50x", "2.00x"]  # each against the anchor of its own run, not the file's last
+    assert [[c.strip() for c in line.strip("|").split("|")][7] for line in vs.table(rows[1:2]).splitlines()[2:]] \
+        == ["-"]  # no anchor anywhere: no ratio

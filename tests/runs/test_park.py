@@ -1,6 +1,7 @@
-"""The first compiled run's results wait on the host during the repeat run (fusecheck/runs/park.py): they come
-back bit for bit under the same keys, the device's memory is free meanwhile (CUDA), small results and the host
-itself are left alone, and a race on the repeat call is still caught while they are parked."""
+"""Compiled results wait on the host during the repeat run and while the golden runs (fusecheck/runs/park.py):
+they come back bit for bit under the same keys (all at once after the repeat, one row at a time for the
+judge), the device's memory is free meanwhile (CUDA), small results and the host itself are left alone, and a
+race on either call is still caught while they are parked."""
 import pytest
 import torch
 
@@ -43,7 +44,7 @@ def test_parked_results_come_back_bit_for_bit_under_the_same_keys():
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_on_cuda_the_device_memory_is_free_while_parked(monkeypatch):
     monkeypatch.setattr(park, "PARK_MIN_BYTES", 1 << 20)
-    r = _result("cuda", n=1 << 22)  # 16 + 8 + 16 MiB
+    r = _result("cuda", n=1 << 22)  # 16 + 8 + 16 MiB, on cuda:0 while the run's device reads "cuda"
     want = _bits(r)
     torch.cuda.synchronize()
     held = torch.cuda.memory_allocated()
@@ -53,19 +54,38 @@ def test_on_cuda_the_device_memory_is_free_while_parked(monkeypatch):
     assert _bits(r) == want and all(v.is_cuda for v in r.all(("mutated.state.b",)).values())
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_on_cuda_the_judge_fetches_each_parked_row(monkeypatch):
+    from fusecheck.check.rows import RowJudge
+    from fusecheck.policy import Policy
+    monkeypatch.setattr(park, "PARK_MIN_BYTES", 1 << 20)
+    g = torch.randn(1 << 20, dtype=torch.float64, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    eager, compiled = {"output": g.bfloat16()}, {"output": (g * 1.01).bfloat16()}
+    plain = RowJudge(dict(eager), dict(compiled), Policy())
+    plain.judge("output", g)
+    held = RowJudge(dict(eager), dict(compiled), Policy())
+    held.park(torch.device("cuda"))
+    assert held.parked == {"output"} and held.compiled["output"].device.type == "cpu"
+    held.judge("output", g)
+    assert held.rows["output"].vs_golden.rmse == plain.rows["output"].vs_golden.rmse
+    assert held.rows["output"].verdict.status == plain.rows["output"].verdict.status
+
+
 @pytest.mark.parametrize("race", ["first_call_race", "second_call_race"])
 def test_a_race_is_caught_while_the_first_run_is_parked(monkeypatch, race):
-    # the host is never parked in use: force it here, so that the check runs with the first run's results moved
+    # the host is never parked in use: force it here, so that the check runs with compiled's results moved
+    # during the repeat run and again while the golden runs (the judge fetching each row)
     calls = []
-    monkeypatch.setattr(park, "worth_parking", lambda r, d: calls.append(d) or True)
+    monkeypatch.setattr(park, "_worth", lambda entries, d: calls.append(len(entries)) or True)
     r = run_check(load_target("models/mlp.py:build"), backend="tests/planted/backends.py:" + race, train=True)
-    assert calls and r.exit_code == 1 and not r.compiled_repeatable
+    assert len(calls) == 2 and all(calls) and r.exit_code == 1 and not r.compiled_repeatable
     assert all(row.verdict.code == "nondeterministic_compiled" for row in r.rows if not row.passed)
 
 
 def test_a_correct_compile_gives_the_same_rows_parked_or_not(monkeypatch):
     plain = run_check(load_target("models/mlp.py:build"), backend="aot_eager", train=True)
-    monkeypatch.setattr(park, "worth_parking", lambda r, d: True)
+    monkeypatch.setattr(park, "_worth", lambda entries, d: True)
     moved = run_check(load_target("models/mlp.py:build"), backend="aot_eager", train=True)
     assert plain.exit_code == moved.exit_code == 0 and moved.compiled_repeatable
     assert [(a.name, a.vs_golden.rmse) for a in plain.rows] == [(b.name, b.vs_golden.rmse) for b in moved.rows]
