@@ -1,7 +1,7 @@
 """Stage: compiled, twice, every run judged. The second run keeps in full what differs from the first (a
 race that hits only the second call is compared with the golden like the first run), and a result it could
 not keep (a gradient accumulated twice) is taken from a third run. On an accelerator the first run's large
-results wait on the host during the repeat (fusecheck/runs/park.py). The choices the compiled graphs made at
+results wait on the host from the repeat on, until the judge reaches them (fusecheck/runs/park.py). The choices the compiled graphs made at
 discrete decisions (topk routing, masks) are read from their taps, and eager's from one more eager run."""
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ class CompiledRuns:
     choices: list[torch.Tensor]        # the compiled graphs' decisions, first run
     census: Any = None
     eager_choices: Recorder = field(default_factory=Recorder)
+    parked: set[str] = field(default_factory=set)  # first-run results waiting on the host (runs/park.py)
 
 
 def whole_model(model) -> Compiling:
@@ -60,7 +61,8 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 compiled = p.run(fn, cotangents=cotangents)
                 choices = list(capture.decisions or ())
                 first = {k: digest(v) for k, v in compiled.all(compiled.mutated).items()}
-                with parked(compiled, p.device):  # the repeat run's gradients in the first run's memory
+                # the repeat run's gradients in the first run's memory; its results come back row by row to the judge
+                with parked(compiled, p.device, restore=False) as on_host:
                     compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
                     noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
                     again = {k: v for k, v in compiled2.differing.items() if k in noisy}
@@ -75,7 +77,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
     if not capture.graphs:
         raise CompileError(_nothing_compiled(p, breaks_before))
     torch._dynamo.reset()
-    runs = CompiledRuns(compiled, noisy, again, capture, choices, census)
+    runs = CompiledRuns(compiled, noisy, again, capture, choices, census, parked=on_host)
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     _record_eager_choices(p, runs, cotangents)

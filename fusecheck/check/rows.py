@@ -13,7 +13,6 @@ import torch
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
-from fusecheck.runs.park import park_values
 
 # checks that look at a few elements (a largest error): eager being accurate at those elements is a question
 # of how each was computed, which only the per-element noise band answers (fusecheck/check/settle.py)
@@ -81,12 +80,9 @@ class RowJudge:
     # rows failed by the golden checks, kept to be settled by eager's family and noise band (settle.py)
     doubtful: dict[str, Doubt] = field(default_factory=dict)
     keep_doubts: bool = True
-    # compiled results waiting on the host while the golden runs (fusecheck/runs/park.py): each comes back to
+    # compiled results waiting on the host from the repeat run on (fusecheck/runs/park.py): each comes back to
     # eager's device when its row is judged (a result compiled put elsewhere by itself is not moved: reported)
     parked: set[str] = field(default_factory=set)
-
-    def park(self, device: torch.device) -> None:
-        self.parked = park_values(self.compiled, device)
 
     def measure_eager(self, name: str, golden: torch.Tensor | None) -> None:
         """Sink of a golden pass that only measures eager's error (the row is judged in a later pass)."""

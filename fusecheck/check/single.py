@@ -116,7 +116,6 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     eager_keys, compiled_keys = list(judge.eager), set(judge.compiled)
     cotangents = eager.first.cotangents
     eager.first = compiled.first = None  # the judge holds what is left to judge, and releases it row by row
-    judge.park(p.device)  # compiled's large results wait on the host while the golden runs
 
     mutates_state = any(k.startswith("mutated.state.") for k in mutated)
     mode = "streamed" if plan is not None and opts.golden != "whole" and not mutates_state else "whole"

@@ -3,10 +3,9 @@
 Why: a whole-model compiled backward returns every gradient at once, so the repeat compiled run holds a
 model's worth of gradients while eager's results and the first compiled run's (both kept for the judge) are
 held too: four times the model plus activations (Llama-8B shape `--train` on the H200: 4.6x). The first run's
-results are copied to pinned host memory before the repeat run and back after it (`parked`), and while the
-golden runs they wait there again and come back one row at a time, as the judge reaches each (`park_values`,
-`RowJudge.parked`): transfers over the host link (~1 s for 16 GB each way), against a model's worth of device
-memory at the peak. Below PARK_MIN_BYTES the results cost less memory than the transfers cost time, and on the
+results are copied to pinned host memory before the repeat run and stay there while the golden runs too,
+coming back one row at a time as the judge reaches each (`RowJudge.parked`): one pinned allocation and a
+transfer each way over the host link (~1 s for 16 GB), against a model's worth of device memory at the peak. Below PARK_MIN_BYTES the results cost less memory than the transfers cost time, and on the
 host itself there is nowhere to move them.
 """
 from __future__ import annotations
@@ -22,9 +21,12 @@ PARK_MIN_BYTES = 1 << 30
 _SECTIONS = ("outputs", "grads", "after")
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (DTensor, a fake tensor) stays where it is
+
+
 def _on(device: torch.device, t) -> bool:
     # "cuda" names whichever GPU is current; a tensor names its index
-    return isinstance(t, torch.Tensor) and t.device.type == device.type and (
+    return type(t) in _PLAIN and t.device.type == device.type and (
         device.index is None or t.device.index == device.index)
 
 
@@ -61,28 +63,24 @@ def _to_host(entries, device: torch.device) -> list[tuple[dict, str, torch.Tenso
     return moved
 
 
-def park_values(d: dict, device: torch.device) -> set[str]:
-    """`d`'s tensors on `device` moved to the host when they are worth it; the keys moved (each comes back
-    with `.to(device)` when it is needed)."""
-    entries = _tensors([d], device)
-    return {k for _, k, _ in _to_host(entries, device)} if _worth(entries, device) else set()
-
-
 @contextlib.contextmanager
-def parked(result: RunResult, device: torch.device, *, force: bool = False) -> Iterator[bool]:
-    """Inside: `result`'s tensors on `device` live on the host (yields whether they moved); on exit they are
-    back on `device`, bit for bit, in the same dicts under the same keys. `force` (tests) moves them whatever
-    their size and device."""
+def parked(result: RunResult, device: torch.device, *, restore: bool = True,
+           force: bool = False) -> Iterator[set[str]]:
+    """Inside: `result`'s tensors on `device` live on the host (yields the keys moved, empty when none); on exit
+    they are back on `device`, bit for bit, in the same dicts under the same keys, or with `restore=False` they
+    stay on the host for their reader to bring back one at a time. `force` (tests) moves them whatever their
+    size and device."""
     if not (force or worth_parking(result, device)):
-        yield False
+        yield set()
         return
     pin = torch.cuda.is_available() and device.type == "cuda"
     moved = _to_host(_tensors(_sections(result), device), device)
     try:
-        yield True
+        yield {k for _, k, _ in moved}
     finally:
-        with torch.no_grad():
-            for d, k, host in moved:
-                d[k] = host.to(device, non_blocking=pin)
-            if pin:
-                torch.cuda.current_stream(device).synchronize()
+        if restore:
+            with torch.no_grad():
+                for d, k, host in moved:
+                    d[k] = host.to(device, non_blocking=pin)
+                if pin:
+                    torch.cuda.current_stream(device).synchronize()

@@ -1,7 +1,7 @@
-"""Compiled results wait on the host during the repeat run and while the golden runs (fusecheck/runs/park.py):
-they come back bit for bit under the same keys (all at once after the repeat, one row at a time for the
-judge), the device's memory is free meanwhile (CUDA), small results and the host itself are left alone, and a
-race on either call is still caught while they are parked."""
+"""Compiled results wait on the host from the repeat run on, until the judge reaches them (fusecheck/runs/park.py):
+they come back bit for bit under the same keys (all at once, or one row at a time to the judge), the device's
+memory is free meanwhile (CUDA), small results and the host itself are left alone, and a race on either call
+is still caught while they are parked."""
 import pytest
 import torch
 
@@ -36,8 +36,17 @@ def test_parked_results_come_back_bit_for_bit_under_the_same_keys():
     r = _result("cpu")
     want = _bits(r)
     with park.parked(r, torch.device("cpu"), force=True) as moved:
-        assert moved
+        assert moved == {"output", "grad.w", "mutated.state.b"}
     assert _bits(r) == want
+
+
+def test_an_error_inside_is_not_swallowed_and_unrestored_results_stay_parked():
+    r = _result("cpu")
+    device_copy, want = r.outputs["output"], _bits(r)
+    with pytest.raises(RuntimeError, match="boom"):
+        with park.parked(r, torch.device("cpu"), force=True, restore=False):
+            raise RuntimeError("boom")
+    assert r.outputs["output"] is not device_copy and _bits(r) == want  # the host copy, same bits
 
 
 @pytest.mark.gpu
@@ -64,9 +73,11 @@ def test_on_cuda_the_judge_fetches_each_parked_row(monkeypatch):
     eager, compiled = {"output": g.bfloat16()}, {"output": (g * 1.01).bfloat16()}
     plain = RowJudge(dict(eager), dict(compiled), Policy())
     plain.judge("output", g)
-    held = RowJudge(dict(eager), dict(compiled), Policy())
-    held.park(torch.device("cuda"))
-    assert held.parked == {"output"} and held.compiled["output"].device.type == "cpu"
+    first = RunResult(dict(compiled))
+    with park.parked(first, torch.device("cuda"), restore=False) as moved:
+        pass
+    assert moved == {"output"} and first.outputs["output"].device.type == "cpu"
+    held = RowJudge(dict(eager), dict(first.outputs), Policy(), parked=moved)
     held.judge("output", g)
     assert held.rows["output"].vs_golden.rmse == plain.rows["output"].vs_golden.rmse
     assert held.rows["output"].verdict.status == plain.rows["output"].verdict.status
@@ -74,12 +85,12 @@ def test_on_cuda_the_judge_fetches_each_parked_row(monkeypatch):
 
 @pytest.mark.parametrize("race", ["first_call_race", "second_call_race"])
 def test_a_race_is_caught_while_the_first_run_is_parked(monkeypatch, race):
-    # the host is never parked in use: force it here, so that the check runs with compiled's results moved
-    # during the repeat run and again while the golden runs (the judge fetching each row)
+    # the host is never parked in use: force it here, so that the check runs with compiled's first results moved
+    # from the repeat run on (the judge fetching each row)
     calls = []
     monkeypatch.setattr(park, "_worth", lambda entries, d: calls.append(len(entries)) or True)
     r = run_check(load_target("models/mlp.py:build"), backend="tests/planted/backends.py:" + race, train=True)
-    assert len(calls) == 2 and all(calls) and r.exit_code == 1 and not r.compiled_repeatable
+    assert len(calls) == 1 and all(calls) and r.exit_code == 1 and not r.compiled_repeatable
     assert all(row.verdict.code == "nondeterministic_compiled" for row in r.rows if not row.passed)
 
 
