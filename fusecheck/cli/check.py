@@ -81,8 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     """How a large model is checked: the streamed golden, its blocks, regional compilation, where fp64 runs."""
     p.add_argument("--golden", choices=["auto", "streamed", "whole"], default="auto",
-                   help="auto (default): stream the fp64 golden block by block when the model has blocks, "
-                        "else copy the whole model; streamed/whole force one")
+                   help="auto (default): the whole fp64 copy while it is at most 1 GiB and fits, else "
+                        "(for a model with blocks) stream it block by block; streamed/whole force one")
     p.add_argument("--blocks", default=None, metavar="GLOB",
                    help="the model's blocks, as a glob of module names (e.g. 'model.layers.*'); "
                         "default: the children of its largest nn.ModuleList")
