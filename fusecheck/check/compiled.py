@@ -1,8 +1,9 @@
 """Stage: compiled, twice, every run judged. The second run keeps in full what differs from the first (a
 race that hits only the second call is compared with the golden like the first run), and a result it could
 not keep (a gradient accumulated twice) is taken from a third run. On an accelerator the first run's large
-results wait on the host from the repeat on, until the judge reaches them (fusecheck/runs/park.py). The choices the compiled graphs made at
-discrete decisions (topk routing, masks) are read from their taps, and eager's from one more eager run."""
+results wait on the host from the repeat on, until the judge reaches them (fusecheck/runs/park.py). The
+choices the compiled graphs made at discrete decisions (topk routing, masks) are read from their taps, and
+eager's from one more eager run."""
 from __future__ import annotations
 
 import contextlib

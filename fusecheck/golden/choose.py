@@ -58,9 +58,10 @@ def whole_copy_bytes(model_bytes: int, eager_grew: int, run_dtype: torch.dtype, 
 def choose(model_bytes: int, eager_phase: dict[str, int], run_dtype: torch.dtype, golden_dtype: torch.dtype,
            device: torch.device, free: int | None = None, grad_bytes: int = 0) -> Choice:
     """For a model with blocks under --golden auto: whole when its estimated peak is at most WHOLE_MAX_BYTES and
-    HEADROOM x that fits in `free` (read from the device when not given), else streamed. `grad_bytes` (the parameters that take gradients, with
-    --train) bounds eager's growth from below: eager kept that many bytes of gradients, and a host measurement
-    that saw less was the allocator reusing pages freed before the phase (the model's build), not a smaller run."""
+    HEADROOM x that fits in `free` (read from the device when not given), else streamed. `grad_bytes` (the
+    parameters that take gradients, with --train) bounds eager's growth from below: eager kept that many bytes
+    of gradients, and a host measurement that saw less was the allocator reusing pages freed before the phase
+    (the model's build), not a smaller run."""
     free = available_bytes(device) if free is None else free
     eager_grew = grown(eager_phase)
     if eager_grew is not None:

@@ -5,8 +5,9 @@ model's worth of gradients while eager's results and the first compiled run's (b
 held too: four times the model plus activations (Llama-8B shape `--train` on the H200: 4.6x). The first run's
 results are copied to pinned host memory before the repeat run and stay there while the golden runs too,
 coming back one row at a time as the judge reaches each (`RowJudge.parked`): one pinned allocation and a
-transfer each way over the host link (~1 s for 16 GB), against a model's worth of device memory at the peak. Below PARK_MIN_BYTES the results cost less memory than the transfers cost time, and on the
-host itself there is nowhere to move them.
+transfer each way over the host link (~1 s for 16 GB), against a model's worth of device memory at the peak.
+Below PARK_MIN_BYTES the results cost less memory than the transfers cost time, and on the host itself there
+is nowhere to move them.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""--golden auto chooses by memory (fusecheck/golden/choose.py): the whole fp64 copy when eager's footprint at
-the golden's itemsize is at most 1 GiB and fits twice over in what the device has free, the streamed golden when it does not, and
-the report says which and why. Both goldens give the same rows: tests/golden/test_streamed_family.py."""
+"""--golden auto chooses by memory (fusecheck/golden/choose.py): the whole fp64 copy when eager's footprint
+at the golden's itemsize is at most 1 GiB and fits twice over in what the device has free, the streamed
+golden when it does not, and the report says which and why. Both goldens give the same rows: tests/golden/test_streamed_family.py."""
 import pytest
 import torch
 

@@ -121,7 +121,8 @@ def _fresh(BLOCK: tl.constexpr, OB: tl.constexpr):
             tl.zeros([OB], tl.float64))
 
 
-@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))  # one compile per dtype/pair variant, not per size
+# sizes and dtype constants not specialised: one compile per dtype/pair variant, not one per size class
+@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))
 def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                 cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, list_ptr, count_ptr,
                 NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,

@@ -186,7 +186,8 @@ def _tile(pid, t, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED: tl.const
         return pid + t * nprog
 
 
-@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))  # one compile per dtype/pair variant, not per size
+# sizes and dtype constants not specialised: one compile per dtype/pair variant, not one per size class
+@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))
 def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                     cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, list_ptr, count_ptr,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
@@ -296,7 +297,7 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     _store_two(tcnt_ptr + tb + 4, t2)
 
 
-@triton.jit(do_not_specialize=("n", "tiles_per_prog"))  # one compile per dtype/pair variant, not per size
+@triton.jit(do_not_specialize=("n", "tiles_per_prog"))  # one compile per dtype variant, not per size
 def abs_max_kernel(x0, x1, n, tiles_per_prog, out_ptr, NT: tl.constexpr, BLOCK: tl.constexpr):
     """Largest finite |x| over one or two same-shape tensors, per program (scale.finite_abs_max)."""
     pid = tl.program_id(0)
