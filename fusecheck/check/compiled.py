@@ -35,7 +35,8 @@ class CompiledRuns:
     choices: list[torch.Tensor]        # the compiled graphs' decisions, first run
     census: Any = None
     eager_choices: Recorder = field(default_factory=Recorder)
-    parked: set[str] = field(default_factory=set)  # first-run results waiting on the host (runs/park.py)
+    # first-run results waiting on the host, with the device each came from (runs/park.py)
+    parked: dict[str, torch.device] = field(default_factory=dict)
 
 
 def whole_model(model) -> Compiling:

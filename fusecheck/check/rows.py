@@ -80,9 +80,9 @@ class RowJudge:
     # rows failed by the golden checks, kept to be settled by eager's family and noise band (settle.py)
     doubtful: dict[str, Doubt] = field(default_factory=dict)
     keep_doubts: bool = True
-    # compiled results waiting on the host from the repeat run on (fusecheck/runs/park.py): each comes back to
-    # eager's device when its row is judged (a result compiled put elsewhere by itself is not moved: reported)
-    parked: set[str] = field(default_factory=set)
+    # compiled results waiting on the host from the repeat run on (fusecheck/runs/park.py), with the device each
+    # came from: it goes back there when its row is judged (a result on the wrong device still reads as such)
+    parked: dict[str, torch.device] = field(default_factory=dict)
 
     def measure_eager(self, name: str, golden: torch.Tensor | None) -> None:
         """Sink of a golden pass that only measures eager's error (the row is judged in a later pass)."""
@@ -108,7 +108,7 @@ class RowJudge:
         if e1 is None:
             return  # not a result of eager: nothing to judge it against
         if name in self.parked and c1 is not None:
-            c1 = c1.to(e1.device)
+            c1 = c1.to(self.parked[name])
         self.rows[name] = self._row(name, e1, c1, golden)
 
     def _row(self, name: str, e1: torch.Tensor, c1: torch.Tensor | None, g: torch.Tensor | None) -> Comparison:

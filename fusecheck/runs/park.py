@@ -48,40 +48,42 @@ def worth_parking(result: RunResult, device: torch.device) -> bool:
     return _worth(_tensors(_sections(result), device), device)
 
 
-def _to_host(entries, device: torch.device) -> list[tuple[dict, str, torch.Tensor]]:
-    """Each tensor copied into (pinned, on CUDA) host memory and put in its dict in place of the device one."""
+def _to_host(entries, device: torch.device) -> list[tuple[dict, str, torch.Tensor, torch.device]]:
+    """Each tensor copied into (pinned, on CUDA) host memory and put in its dict in place of the device one;
+    with the device it came from."""
     pin = device.type == "cuda" and torch.cuda.is_available()
     moved = []
     with torch.no_grad():
         for d, k, t in entries:
             host = torch.empty_like(t, device="cpu", pin_memory=pin)
             host.copy_(t, non_blocking=pin)
-            moved.append((d, k, host))
+            moved.append((d, k, host, t.device))
         if pin:
             torch.cuda.current_stream(device).synchronize()
-        for d, k, host in moved:
+        for d, k, host, _ in moved:
             d[k] = host  # the device copy's last reference: freed
     return moved
 
 
 @contextlib.contextmanager
 def parked(result: RunResult, device: torch.device, *, restore: bool = True,
-           force: bool = False) -> Iterator[set[str]]:
-    """Inside: `result`'s tensors on `device` live on the host (yields the keys moved, empty when none); on exit
-    they are back on `device`, bit for bit, in the same dicts under the same keys, or with `restore=False` they
-    stay on the host for their reader to bring back one at a time. `force` (tests) moves them whatever their
+           force: bool = False) -> Iterator[dict[str, torch.device]]:
+    """Inside: `result`'s tensors on `device` live on the host (yields each moved key's own device, empty when
+    none); on exit they are back there, bit for bit, in the same dicts under the same keys, or with
+    `restore=False` they stay on the host for their reader to bring back one at a time (to the device yielded
+    for it: a result on another GPU than the run's must still read as on another GPU). `force` (tests) moves them whatever their
     size and device."""
     if not (force or worth_parking(result, device)):
-        yield set()
+        yield {}
         return
     pin = torch.cuda.is_available() and device.type == "cuda"
     moved = _to_host(_tensors(_sections(result), device), device)
     try:
-        yield {k for _, k, _ in moved}
+        yield {k: where for _, k, _, where in moved}
     finally:
         if restore:
             with torch.no_grad():
-                for d, k, host in moved:
-                    d[k] = host.to(device, non_blocking=pin)
+                for d, k, host, where in moved:
+                    d[k] = host.to(where, non_blocking=pin)
                 if pin:
                     torch.cuda.current_stream(device).synchronize()

@@ -36,7 +36,7 @@ def test_parked_results_come_back_bit_for_bit_under_the_same_keys():
     r = _result("cpu")
     want = _bits(r)
     with park.parked(r, torch.device("cpu"), force=True) as moved:
-        assert moved == {"output", "grad.w", "mutated.state.b"}
+        assert moved == dict.fromkeys(("output", "grad.w", "mutated.state.b"), torch.device("cpu"))
     assert _bits(r) == want
 
 
@@ -76,7 +76,7 @@ def test_on_cuda_the_judge_fetches_each_parked_row(monkeypatch):
     first = RunResult(dict(compiled))
     with park.parked(first, torch.device("cuda"), restore=False) as moved:
         pass
-    assert moved == {"output"} and first.outputs["output"].device.type == "cpu"
+    assert moved == {"output": g.device} and first.outputs["output"].device.type == "cpu"
     held = RowJudge(dict(eager), dict(first.outputs), Policy(), parked=moved)
     held.judge("output", g)
     assert held.rows["output"].vs_golden.rmse == plain.rows["output"].vs_golden.rmse
@@ -100,3 +100,17 @@ def test_a_correct_compile_gives_the_same_rows_parked_or_not(monkeypatch):
     moved = run_check(load_target("models/mlp.py:build"), backend="aot_eager", train=True)
     assert plain.exit_code == moved.exit_code == 0 and moved.compiled_repeatable
     assert [(a.name, a.vs_golden.rmse) for a in plain.rows] == [(b.name, b.vs_golden.rmse) for b in moved.rows]
+
+
+def test_a_parked_result_goes_back_to_its_own_device_so_a_device_mismatch_still_fails():
+    # parked from a device other than eager's (a second GPU; here the meta device stands in for it): the judge
+    # must not quietly move it to eager's device, or a compiled result on the wrong device would PASS
+    from fusecheck.check.rows import RowJudge
+    from fusecheck.policy import Policy
+    g = torch.randn(64, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    judge = RowJudge({"output": g.float()}, {"output": g.float()}, Policy(), parked={"output": torch.device("meta")})
+    judge.judge("output", g)
+    assert judge.rows["output"].verdict.code == "device_mismatch"
+    same = RowJudge({"output": g.float()}, {"output": g.float()}, Policy(), parked={"output": torch.device("cpu")})
+    same.judge("output", g)
+    assert same.rows["output"].passed
