@@ -123,8 +123,13 @@ def rng_changed(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
 
 
 def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bookkeeping, not the model's arithmetic: run outside any dispatch mode the run is under (the noise
+    band's randomised rounding would take its comparisons for the model's decisions)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
     from fusecheck.compare.metrics import bitwise_equal
-    return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
+    with _disable_current_modes():
+        return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
 
 
 def _holds_tensors(obj: Any) -> bool:

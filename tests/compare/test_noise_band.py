@@ -246,6 +246,31 @@ def test_decisions_are_pinned_to_eager_choices():
     assert pinned.pinned == 3 * 2 and "pinned" in pinned.notes[0]
 
 
+class Buckets(torch.nn.Module):
+    """T5's relative-position buckets in miniature: an index made of floats truncated to integers
+    (`(log(x) / log 2 * 4).to(torch.long)`), with x = 2^(k/4) putting every value on a bucket boundary."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(64, 8, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, x):
+        idx = (torch.log(x) / math.log(2) * 4).to(torch.long).clamp(0, 63)
+        return self.table[idx].sum(-1) + x
+
+
+def test_casts_of_floats_to_indices_are_pinned_like_decisions():
+    # unpinned, a perturbed run moves a value across a boundary and reads another row of the table: an O(1)
+    # jump the band would take for rounding noise (on T5 it hid a planted sign flip); pinned, only rounding
+    x = 2.0 ** (torch.arange(1, 250, dtype=torch.float64) / 4)
+    case = Case(Buckets(), (x.float(),), "buckets")
+    out = run_once(case.model, case).all()["output"]
+    free = eager_spread(case.model, case, runs=4, seed=1, pin_decisions=False)
+    pinned = eager_spread(case.model, case, runs=4, seed=1)
+    assert float(free["output"].max()) > 0.1
+    assert float((pinned["output"] / out.abs()).max()) < 1e-5 and pinned.pinned >= 4
+
+
 # ---- real computations: quiet on correct code, failing on planted bugs ---------------------------------
 
 def test_a_correct_reordering_of_an_attention_block_stays_quiet():

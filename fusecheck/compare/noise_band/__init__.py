@@ -27,9 +27,11 @@ fails a correct compile (GPT-2/ViT configs, bf16 `--train`, 3 of 12 seeds, compi
      less than one output ulp, so they are not permuted (the copy would cost and buy nothing). Ops with
      fused internal reductions (convolution, SDPA, layer norm, softmax) get output rounding only.
    * discrete decisions (topk/sort/argmax/argmin/max.dim/min.dim indices, max_pool2d's argmax, relu's and
-     hardtanh's masks in forward and backward) are pinned to the unperturbed run's choices (recorded in one
-     reference run under the same mode, replayed in order), so the spread is rounding noise and never an
-     O(1) routing change; their values are taken from the perturbed input at eager's choice.
+     hardtanh's masks in forward and backward, and any other op that makes integers or bools from floats or
+     rounds floats to integers: casts to an index, comparisons, bucketize, floor/ceil/round/trunc) are pinned
+     to the unperturbed run's choices (recorded in one reference run under the same mode, replayed in order),
+     so the spread is rounding noise and never an O(1) routing change; their values are taken from the
+     perturbed input at eager's choice.
    * own generators (one per device, seeded from `seed` and the run index): the process's RNG never moves.
    The spread of an element is max over the K runs of |perturbed - eager|.
    `how="inputs"` is the alternative asked for in the issue: only the floating inputs and parameters are

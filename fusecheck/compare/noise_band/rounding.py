@@ -99,11 +99,24 @@ def _mask_of(func, args, out):
         return args[1] > args[2]
     if name == "hardtanh_backward":
         return (args[1] > args[2]) & (args[1] < args[3])
+    if discrete_from_float(func, args, out):
+        return out
     return None
 
 
 DECISION_OPS = frozenset({"topk", "sort", "argmax", "argmin", "max", "min", "max_pool2d_with_indices",
                           "relu", "threshold_backward", "hardtanh_backward"})
+ROUNDED_TO_INTEGERS = frozenset({"floor", "ceil", "round", "trunc"})
+
+
+def discrete_from_float(func, args, out) -> bool:
+    """Any other op that turns floating values into a discrete result is a decision too: an integer or bool
+    tensor from floating inputs (a cast to an index, a comparison, bucketize) or floats rounded to integers.
+    Why: a perturbed run that moves a value across an integer boundary picks another index (T5's relative
+    position buckets are `log(...).to(torch.long)`), and the band would measure that jump, not rounding."""
+    if not isinstance(out, torch.Tensor) or not any(x.is_floating_point() for x in _tensors(args)):
+        return False
+    return not (out.is_floating_point() or out.is_complex()) or _name(func) in ROUNDED_TO_INTEGERS
 
 
 def _replayed(func, args, kwargs, out, recorded):
@@ -130,6 +143,11 @@ def _replayed(func, args, kwargs, out, recorded):
         return res
     if name in ("threshold_backward", "hardtanh_backward"):
         return torch.where(recorded, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    if discrete_from_float(func, args, out):
+        if func._opname.endswith("_"):
+            x.copy_(recorded)
+            return x
+        return recorded.clone()
     return out
 
 
@@ -241,7 +259,8 @@ class RandomRounding(TorchDispatchMode):
                 args = moved
                 self.reassociated_ops += 1
         out = func(*args, **kwargs)
-        if name in DECISION_OPS and (self.recording is not None or self.replay is not None):
+        if (self.recording is not None or self.replay is not None) and (
+                name in DECISION_OPS or discrete_from_float(func, args, out)):
             out = self._decide(func, args, kwargs, out)
         if not self.perturb:
             return out
