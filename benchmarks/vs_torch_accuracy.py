@@ -391,8 +391,9 @@ def _verdict(r) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per fusecheck measurement, beside the anchor of the same target, dtype, mode, device and seed measured
-    last before it (the same run's; rows of several runs appended to one file keep their own anchors). Wall: the check alone, after the model build. Peaks: over the child's baseline (after imports and
+    """One line per fusecheck measurement, beside the anchor of the same target, dtype, mode, device and seed
+    measured last before it (the same run's; rows of several runs appended to one file keep their own
+    anchors). Wall: the check alone, after the model build. Peaks: over the child's baseline (after imports and
     the model build), then absolute. Ratios: fusecheck over the anchor (wall, CPU time, peak over baseline)."""
     from tabulate import tabulate
 

@@ -14,6 +14,10 @@ from fusecheck import dtypes
 from fusecheck.case import TargetError
 
 
+# tensors that may be copied to another device and back: a subclass (DTensor, a fake tensor) stays where it is
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _npu_available() -> bool:
     try:
         importlib.import_module("torch_npu")

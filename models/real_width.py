@@ -9,19 +9,8 @@ layers cut so that a CPU runs each in under a minute.
 import torch
 
 from fusecheck.case import Case
+from models.families import Logits
 from models.hf import _transformers
-
-
-class _Logits(torch.nn.Module):
-    """The logits alone (no cache objects among the outputs)."""
-
-    def __init__(self, model, **kw):
-        super().__init__()
-        self.model, self.kw = model, kw
-
-    def forward(self, ids, *decoder):
-        dec = {"decoder_input_ids": decoder[0]} if decoder else {}
-        return self.model(input_ids=ids, **dec, **self.kw).logits
 
 
 def _ids(vocab: int, n: int) -> torch.Tensor:
@@ -32,14 +21,15 @@ def build_gpt2_small() -> Case:
     """GPT-2 small's widths (768, vocab 50257, tied head), 4 layers."""
     tf = _transformers()
     cfg = tf.GPT2Config(n_layer=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return Case(_Logits(tf.GPT2LMHeadModel(cfg), use_cache=False), (_ids(cfg.vocab_size, 32),), "gpt2_small_4l")
+    return Case(Logits(tf.GPT2LMHeadModel(cfg), ("input_ids",), use_cache=False), (_ids(cfg.vocab_size, 32),),
+                "gpt2_small_4l")
 
 
 def build_t5_small() -> Case:
     """t5-small's widths (512, vocab 32128, one embedding shared by encoder, decoder and head), 3 + 2 layers."""
     tf = _transformers()
     cfg = tf.T5Config(num_layers=3, num_decoder_layers=2, dropout_rate=0.0)
-    return Case(_Logits(tf.T5ForConditionalGeneration(cfg), use_cache=False),
+    return Case(Logits(tf.T5ForConditionalGeneration(cfg), ("input_ids", "decoder_input_ids"), use_cache=False),
                 (_ids(cfg.vocab_size, 24), _ids(cfg.vocab_size, 8)),
                 "t5_small_3+2l")
 
@@ -48,7 +38,7 @@ def build_bert_base() -> Case:
     """BERT-base's widths (768, vocab 30522, tied MLM head), 3 layers."""
     tf = _transformers()
     cfg = tf.BertConfig(num_hidden_layers=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return Case(_Logits(tf.BertForMaskedLM(cfg)), (_ids(cfg.vocab_size, 32),), "bert_base_3l")
+    return Case(Logits(tf.BertForMaskedLM(cfg), ("input_ids",)), (_ids(cfg.vocab_size, 32),), "bert_base_3l")
 
 
 def build_mixed_residual() -> Case:

@@ -19,7 +19,7 @@ from fusecheck.golden.choices.follow import Recorder
 from fusecheck.runs.digest import digest
 from fusecheck.errors import CompileError
 from fusecheck.runs.execute import RunResult
-from fusecheck.runs.park import parked
+from fusecheck.runs.park import park
 from fusecheck.cli.watchdog import phase
 
 # compiling(capture) -> a context that yields the compiled callable and undoes the compile on exit
@@ -64,12 +64,12 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 choices = list(capture.decisions or ())
                 first = {k: digest(v) for k, v in compiled.all(compiled.mutated).items()}
                 # the repeat run's gradients in the first run's memory; its results come back row by row to the judge
-                with parked(compiled, p.device, restore=False) as on_host:
-                    compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
-                    noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
-                    again = {k: v for k, v in compiled2.differing.items() if k in noisy}
-                    again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
-                    del compiled2
+                on_host = park(compiled, p.device)
+                compiled2 = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
+                noisy = {k for k, d in first.items() if compiled2.digests.get(k) != d}
+                again = {k: v for k, v in compiled2.differing.items() if k in noisy}
+                again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
+                del compiled2
                 if after is not None:
                     after()
         except Exception as exc:

@@ -13,16 +13,17 @@ import os
 
 import torch
 
+from fusecheck.devices import PLAIN_TENSORS
+
 HOST_ELEMS = 1 << 16
 ENV = "FUSECHECK_HOST_SMALL"
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass (DTensor, a fake tensor) stays where it is
 
 
 def _movable(tensors: list) -> bool:
     present = [t for t in tensors if t is not None]
     if os.environ.get(ENV, "1") == "0" or not present:
         return False
-    if not all(type(t) in _PLAIN for t in present) or torch.compiler.is_compiling():
+    if not all(type(t) in PLAIN_TENSORS for t in present) or torch.compiler.is_compiling():
         return False
     device, numel = present[0].device, present[0].numel()
     # every accelerator tensor on one device (a device mismatch is left for the structural check to report),

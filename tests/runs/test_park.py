@@ -1,7 +1,7 @@
 """Compiled results wait on the host from the repeat run on, until the judge reaches them (fusecheck/runs/park.py):
-they come back bit for bit under the same keys (all at once, or one row at a time to the judge), the device's
-memory is free meanwhile (CUDA), small results and the host itself are left alone, and a race on either call
-is still caught while they are parked."""
+they come back bit for bit under the same keys (one row at a time to the judge), the device's memory is free
+meanwhile (CUDA), small results and the host itself are left alone, and a race on either call is still caught
+while they are parked."""
 import pytest
 import torch
 
@@ -24,29 +24,29 @@ def _bits(r: RunResult):
             for k, v in r.all(("mutated.state.b",)).items()}
 
 
+def _back(r: RunResult, moved: dict) -> None:
+    """What the judge does, row by row: each parked result to the device it came from."""
+    for d in (r.outputs, r.grads, r.after):
+        for k in d:
+            if k in moved:
+                d[k] = d[k].to(moved[k])
+
+
 def test_small_results_and_the_host_stay_where_they_are():
     r = _result("cpu", n=4)
     before = {k: id(v) for k, v in r.all(("mutated.state.b",)).items()}
-    assert not park.worth_parking(r, torch.device("cpu"))
-    with park.parked(r, torch.device("cpu")) as moved:
-        assert not moved and {k: id(v) for k, v in r.all(("mutated.state.b",)).items()} == before
+    assert park.park(r, torch.device("cpu")) == {}
+    assert {k: id(v) for k, v in r.all(("mutated.state.b",)).items()} == before
 
 
 def test_parked_results_come_back_bit_for_bit_under_the_same_keys():
     r = _result("cpu")
-    want = _bits(r)
-    with park.parked(r, torch.device("cpu"), force=True) as moved:
-        assert moved == dict.fromkeys(("output", "grad.w", "mutated.state.b"), torch.device("cpu"))
-    assert _bits(r) == want
-
-
-def test_an_error_inside_is_not_swallowed_and_unrestored_results_stay_parked():
-    r = _result("cpu")
     device_copy, want = r.outputs["output"], _bits(r)
-    with pytest.raises(RuntimeError, match="boom"):
-        with park.parked(r, torch.device("cpu"), force=True, restore=False):
-            raise RuntimeError("boom")
+    moved = park.park(r, torch.device("cpu"), force=True)
+    assert moved == dict.fromkeys(("output", "grad.w", "mutated.state.b"), torch.device("cpu"))
     assert r.outputs["output"] is not device_copy and _bits(r) == want  # the host copy, same bits
+    _back(r, moved)
+    assert _bits(r) == want
 
 
 @pytest.mark.gpu
@@ -57,9 +57,10 @@ def test_on_cuda_the_device_memory_is_free_while_parked(monkeypatch):
     want = _bits(r)
     torch.cuda.synchronize()
     held = torch.cuda.memory_allocated()
-    with park.parked(r, torch.device("cuda")) as moved:
-        assert moved and torch.cuda.memory_allocated() <= held - (40 << 20)
-        assert all(v.device.type == "cpu" and v.is_pinned() for v in r.all(("mutated.state.b",)).values())
+    moved = park.park(r, torch.device("cuda"))
+    assert moved and torch.cuda.memory_allocated() <= held - (40 << 20)
+    assert all(v.device.type == "cpu" and v.is_pinned() for v in r.all(("mutated.state.b",)).values())
+    _back(r, moved)
     assert _bits(r) == want and all(v.is_cuda for v in r.all(("mutated.state.b",)).values())
 
 
@@ -74,8 +75,7 @@ def test_on_cuda_the_judge_fetches_each_parked_row(monkeypatch):
     plain = RowJudge(dict(eager), dict(compiled), Policy())
     plain.judge("output", g)
     first = RunResult(dict(compiled))
-    with park.parked(first, torch.device("cuda"), restore=False) as moved:
-        pass
+    moved = park.park(first, torch.device("cuda"))
     assert moved == {"output": g.device} and first.outputs["output"].device.type == "cpu"
     held = RowJudge(dict(eager), dict(first.outputs), Policy(), parked=moved)
     held.judge("output", g)
