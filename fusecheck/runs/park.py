@@ -31,15 +31,18 @@ def _worth(entries, device: torch.device) -> bool:
     return device.type != "cpu" and held >= PARK_MIN_BYTES
 
 
-def park(result: RunResult, device: torch.device, *, force: bool = False) -> dict[str, torch.device]:
+def park(result: RunResult, device: torch.device, *, force: bool = False,
+         pin: bool | None = None) -> dict[str, torch.device]:
     """`result`'s tensors on `device` copied into (pinned, on CUDA) host memory and put in their dicts in
     place of the device ones, when they are worth it (`force`, for tests: whatever their size and device).
     Returns each moved key's own device: its reader brings it back there (a result on another GPU than the
-    run's must still read as on another GPU)."""
+    run's must still read as on another GPU). `pin`: page-locked host memory (default on CUDA;
+    benchmarks/park_cost.py times both)."""
     entries = [(d, k, t) for d in (getattr(result, s) for s in _SECTIONS) for k, t in d.items() if _on(device, t)]
     if not (force or _worth(entries, device)):
         return {}
-    pin = device.type == "cuda" and torch.cuda.is_available()
+    if pin is None:
+        pin = device.type == "cuda" and torch.cuda.is_available()
     moved = []
     with torch.no_grad():
         for d, k, t in entries:

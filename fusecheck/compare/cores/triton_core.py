@@ -198,12 +198,17 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     if stats is not None:
         stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
     cnt, tcnt, sums, maxes, hist, omax = outputs
-    # reduced over programs on the device, one transfer, then the entries assembled from Python floats on the
-    # host (a few hundred numbers: a torch op per entry would cost more than the kernels at a million elements)
-    reduced = torch.cat([cnt.sum(0, dtype=torch.int64).double().flatten(),
-                         tcnt.sum(0, dtype=torch.int64).double().flatten(), sums.sum(0).flatten(),
-                         maxes.amax(0).flatten(), hist[:, :, :OCTAVES].sum(0, dtype=torch.int64).double().flatten(),
-                         omax[:, :, :OCTAVES].amax(0).flatten()]).tolist()
+    # reduced over programs on the device (one sum per accumulator type: each launch costs as much as the
+    # kernels at a million elements), one transfer, then the entries assembled from Python floats on the host
+    rows = cnt.shape[0]
+    counts = torch.cat([cnt.view(rows, -1), tcnt.view(rows, -1), hist[:, :, :OCTAVES].reshape(rows, -1)], 1)
+    counts = counts.sum(0, dtype=torch.int64).double()
+    highs = torch.cat([maxes.view(rows, -1), omax[:, :, :OCTAVES].reshape(rows, -1)], 1).amax(0)
+    c, t, m = npairs * len(COUNTS), 3 * len(TENSOR_COUNTS), npairs * len(MAXES)
+    flat = torch.cat([counts, sums.view(rows, -1).sum(0), highs]).tolist()
+    nc = c + t + npairs * OCTAVES  # back in _Parts' order: counts, tensor counts, sums, maxima, octave n, max
+    ns = npairs * len(SUMS)
+    reduced = flat[:c + t] + flat[nc:nc + ns] + flat[nc + ns:nc + ns + m] + flat[c + t:nc] + flat[nc + ns + m:]
     parts = _Parts(n, pairs, raws, reduced, npairs)
     return torch.tensor([[v for name in ACCUMULATORS for v in _values(ENTRIES[name](parts, p))]
                          for p in range(npairs)], dtype=torch.float64)
@@ -270,7 +275,14 @@ ENTRIES = {
 
 
 def _fconsts(fparams: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return torch.cat([fparams.to(torch.float64).cpu(), torch.tensor(CONSTS, dtype=torch.float64)]).to(device)
+    """The kernel's fp64 parameters on `device`, kept per (values, device): a host-to-device copy from
+    pageable memory waits for the stream, once per distinct tolerance instead of once per call."""
+    return _fconsts_on(tuple(fparams.to(torch.float64).tolist()), device)
+
+
+@functools.lru_cache(maxsize=256)
+def _fconsts_on(values: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values + CONSTS, dtype=torch.float64).to(device)
 
 
 # entries that are fp64 sums (summation order may differ); every other entry (counts, maxima) must be equal
