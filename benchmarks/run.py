@@ -56,7 +56,11 @@ def _grid(name: str, part: str, *extra: str) -> Step:
 SUITES: dict[str, Suite] = {
     "compare": Suite("the comparison core against assert_close and separate fp64 ops (1e6, 1.6e7, 2.7e8 elements)", (
         Step("compare", _py("benchmarks/compare.py", "--device", "{device}", "--sizes", "1e6,1.6e7,2.7e8",
-                            "--repeat", "5", "--out", "{out}/compare.md"), 300),)),
+                            "--repeat", "5", "--out", "{out}/compare.md"), 300),
+        Step("overhead", _py("benchmarks/compare_overhead.py", "--device", "{device}", "--sizes", "1e6,1.6e7,2.7e8",
+                             "--repeat", "30", "--profile", "1e6", "--out", "{out}/compare_overhead.md"), 300),)),
+    "park": Suite("parking a compiled run's results on the host: pinned against pageable, 8B-shaped gradients", (
+        Step("park", _py("benchmarks/park_cost.py", "--device", "{device}", "--out", "{out}/park.md"), 300),)),
     "compare-triton": Suite("the Triton comparison kernel: its tests, a launch-shape sweep, then compare.py (CUDA)", (
         Step("tests", _py("-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "tests/compare/test_compare_triton.py",
                           "tests/compare/test_compare_equivalence.py"), 200),
