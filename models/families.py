@@ -635,6 +635,223 @@ def _build_mamba2(c):
     return tf.Mamba2ForCausalLM(cfg), (_ids(c),)
 
 
+# ---- families the stability grid was never tuned on (weight sharing, disentangled attention, audio, FFT) ----
+
+def _albert(rng):
+    """ALBERT: one encoder layer's weights shared by every layer (its gradients sum over the layers), and a
+    factorised embedding (a small embedding projected up to the hidden size)."""
+    c = _encoder(rng)
+    c.update(layers=rng.randint(2, 3), embedding_size=rng.choice([8, 16, 32, c["hidden"]]),
+             act=rng.choice(["gelu_new", "gelu", "relu", "silu"]), shared="one layer, all layers")
+    return c
+
+
+def _build_albert(c):
+    tf = _transformers()
+    cfg = tf.AlbertConfig(vocab_size=c["vocab"], embedding_size=c["embedding_size"], hidden_size=c["hidden"],
+                          num_hidden_layers=c["layers"], num_hidden_groups=1, inner_group_num=1,
+                          num_attention_heads=c["heads"], intermediate_size=c["inter"], hidden_act=c["act"],
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
+                          max_position_embeddings=max(64, c["seq"]), type_vocab_size=c["type_vocab"],
+                          initializer_range=c["init_std"], layer_norm_eps=c["eps"], tie_word_embeddings=c["tied"])
+    return tf.AlbertForMaskedLM(cfg), (_ids(c, low=4), _padding_mask(c)), ("input_ids", "attention_mask")
+
+
+def _deberta_v2(rng):
+    """DeBERTa-v2: disentangled attention (content-to-position and position-to-content scores from shared
+    relative embeddings, log-bucketed positions), optional absolute positions and a conv layer."""
+    c = _encoder(rng)
+    c.update(pos_att_type=rng.choice([["p2c", "c2p"], ["c2p"], ["p2c"]]),
+             max_relative_positions=rng.choice([-1, rng.randint(4, 32)]),
+             position_buckets=rng.choice([-1, 8, 16, 32]), norm_rel_ebd=rng.choice(["layer_norm", "none"]),
+             share_att_key=rng.random() < 0.6, position_biased_input=rng.random() < 0.3,
+             conv_kernel_size=rng.choice([0, 0, 3]), positions="relative (disentangled)")
+    return c
+
+
+def _build_deberta_v2(c):
+    tf = _transformers()
+    cfg = tf.DebertaV2Config(vocab_size=c["vocab"], hidden_size=c["hidden"], num_hidden_layers=c["layers"],
+                             num_attention_heads=c["heads"], intermediate_size=c["inter"], hidden_act=c["act"],
+                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                             max_position_embeddings=max(64, c["seq"]), type_vocab_size=c["type_vocab"],
+                             initializer_range=c["init_std"], layer_norm_eps=c["eps"], relative_attention=True,
+                             max_relative_positions=c["max_relative_positions"], pos_att_type=c["pos_att_type"],
+                             position_biased_input=c["position_biased_input"], pad_token_id=0,
+                             tie_word_embeddings=c["tied"], position_buckets=c["position_buckets"],
+                             norm_rel_ebd=c["norm_rel_ebd"], share_att_key=c["share_att_key"],
+                             conv_kernel_size=c["conv_kernel_size"], conv_act=c["act"])
+    return tf.DebertaV2ForMaskedLM(cfg), (_ids(c, low=1), _padding_mask(c)), ("input_ids", "attention_mask")
+
+
+def _fnet(rng):
+    """FNet: no attention; tokens mixed by the real part of a 2-D FFT over (sequence, hidden)."""
+    hidden = rng.choice(range(16, 129, 8))
+    return {**_common(rng), **_tokens(rng), "hidden": hidden, "inter": _inter(rng, hidden),
+            "act": rng.choice(["gelu_new", "gelu", "relu", "silu"]), "type_vocab": rng.choice([1, 2, 4]),
+            "positions": "learned", "mixing": "fft2 (real part)"}
+
+
+def _build_fnet(c):
+    tf = _transformers()
+    cfg = tf.FNetConfig(vocab_size=c["vocab"], hidden_size=c["hidden"], num_hidden_layers=c["layers"],
+                        intermediate_size=c["inter"], hidden_act=c["act"], hidden_dropout_prob=0.0,
+                        max_position_embeddings=max(64, c["seq"]), type_vocab_size=c["type_vocab"],
+                        initializer_range=c["init_std"], layer_norm_eps=c["eps"],
+                        use_tpu_fourier_optimizations=False, tie_word_embeddings=c["tied"], pad_token_id=0)
+    return tf.FNetForMaskedLM(cfg), (_ids(c),)
+
+
+def _opt(rng):
+    """OPT: learned positions offset by 2 and counted from the attention mask, pre- or post-norm, an
+    optional projection between a narrower embedding and the hidden size."""
+    h, d, _ = _heads(rng)
+    c = {**_common(rng), **_tokens(rng), "hidden": h * d, "heads": h, "ffn": _inter(rng, h * d),
+         "act": rng.choice(["relu", "gelu", "gelu_new", "silu"]), "norm_before": rng.random() < 0.7,
+         "embed_proj": rng.choice([None, 8, 16]), "bias": rng.random() < 0.8,
+         "ln_affine": rng.random() < 0.8, "positions": "learned (from the mask)"}
+    c["pad"] = rng.choice([0, rng.randint(1, max(1, c["seq"] // 2))])
+    return c
+
+
+def _build_opt(c):
+    tf = _transformers()
+    cfg = tf.OPTConfig(vocab_size=c["vocab"], hidden_size=c["hidden"], num_hidden_layers=c["layers"],
+                       ffn_dim=c["ffn"], max_position_embeddings=max(64, c["seq"]),
+                       do_layer_norm_before=c["norm_before"], word_embed_proj_dim=c["embed_proj"] or c["hidden"],
+                       dropout=0.0, attention_dropout=0.0, num_attention_heads=c["heads"],
+                       activation_function=c["act"], layerdrop=0.0, init_std=c["init_std"], pad_token_id=1,
+                       bos_token_id=2, eos_token_id=2, enable_bias=c["bias"],
+                       layer_norm_elementwise_affine=c["ln_affine"], tie_word_embeddings=c["tied"])
+    return tf.OPTForCausalLM(cfg), (_ids(c, low=3), _padding_mask(c)), ("input_ids", "attention_mask")
+
+
+def _gptj(rng):
+    """GPT-J: attention and MLP in parallel off one layer norm, rotary on a part of each head (interleaved
+    pairs), no attention biases."""
+    h, d, _ = _heads(rng)
+    return {**_common(rng), **_tokens(rng), "hidden": h * d, "heads": h, "head_dim": d,
+            "rotary_dim": rng.choice([d // 4, d // 2, d]), "inner": rng.choice([None, _inter(rng, h * d)]),
+            "act": rng.choice(["gelu_new", "gelu", "relu", "silu"]), "positions": "rotary (partial, interleaved)"}
+
+
+def _build_gptj(c):
+    tf = _transformers()
+    cfg = tf.GPTJConfig(vocab_size=c["vocab"], n_positions=max(64, c["seq"]), n_embd=c["hidden"],
+                        n_layer=c["layers"], n_head=c["heads"], rotary_dim=c["rotary_dim"], n_inner=c["inner"],
+                        activation_function=c["act"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        layer_norm_epsilon=c["eps"], initializer_range=c["init_std"],
+                        tie_word_embeddings=c["tied"], bos_token_id=0, eos_token_id=0)
+    return tf.GPTJForCausalLM(cfg), (_ids(c),)
+
+
+def _mistral(rng):
+    """Mistral: Llama-like with GQA and a sliding attention window shorter than the sequence."""
+    c = _llama_like(rng)
+    c["seq"] = rng.randint(6, 24)
+    c.update(act=rng.choice(["silu", "gelu"]), sliding_window=rng.randint(2, c["seq"] - 1),
+             positions="rotary")
+    return c
+
+
+def _build_mistral(c):
+    tf = _transformers()
+    cfg = tf.MistralConfig(vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["inter"],
+                           num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+                           num_key_value_heads=c["kv_heads"], head_dim=c["head_dim"], hidden_act=c["act"],
+                           max_position_embeddings=max(64, c["seq"]), initializer_range=c["init_std"],
+                           rms_norm_eps=c["eps"], tie_word_embeddings=c["tied"], rope_parameters=c["rope"],
+                           sliding_window=c["sliding_window"], attention_dropout=0.0)
+    return tf.MistralForCausalLM(cfg), (_ids(c),)
+
+
+def _whisper(rng):
+    """Whisper: two 1-D convs (the second stride 2) with GELU over mel features, sinusoidal encoder
+    positions, then an encoder-decoder with learned decoder positions."""
+    h, d, _ = _heads(rng)
+    return {**_common(rng), "batch": rng.randint(1, 3), "vocab": rng.randint(40, 300), "hidden": h * d,
+            "heads": h, "ffn": _inter(rng, h * d), "decoder_layers": rng.randint(1, 3),
+            "mel_bins": rng.choice([8, 16, 20, 32]), "source_positions": rng.randint(3, 12),
+            "decoder_seq": rng.randint(2, 12), "act": rng.choice(["gelu", "relu", "gelu_new", "silu"]),
+            "scale_embedding": rng.random() < 0.5, "positions": "sinusoidal (encoder), learned (decoder)"}
+
+
+def _build_whisper(c):
+    tf = _transformers()
+    cfg = tf.WhisperConfig(vocab_size=c["vocab"], num_mel_bins=c["mel_bins"], encoder_layers=c["layers"],
+                           encoder_attention_heads=c["heads"], decoder_layers=c["decoder_layers"],
+                           decoder_attention_heads=c["heads"], decoder_ffn_dim=c["ffn"], encoder_ffn_dim=c["ffn"],
+                           encoder_layerdrop=0.0, decoder_layerdrop=0.0, activation_function=c["act"],
+                           d_model=c["hidden"], dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                           init_std=c["init_std"], scale_embedding=c["scale_embedding"],
+                           max_source_positions=c["source_positions"], max_target_positions=max(32, c["decoder_seq"]),
+                           pad_token_id=0, bos_token_id=0, eos_token_id=0, decoder_start_token_id=0,
+                           suppress_tokens=None, begin_suppress_tokens=None, apply_spec_augment=False,
+                           tie_word_embeddings=c["tied"])
+    features = torch.randn(c["batch"], c["mel_bins"], 2 * c["source_positions"])  # the length Whisper demands
+    return (tf.WhisperForConditionalGeneration(cfg), (features, _ids(c, seq_key="decoder_seq")),
+            ("input_features", "decoder_input_ids"))
+
+
+def _wav2vec2(rng):
+    """Wav2Vec2: a strided 1-D conv feature extractor on raw samples (group norm on its first conv, or layer
+    norm on every conv), a grouped conv as relative position embedding (weight-normed), a transformer, CTC."""
+    h, d, _ = _heads(rng)
+    convs = rng.randint(2, 3)
+    dims = [rng.choice([8, 16, 32]) for _ in range(convs)]
+    kernels = [rng.choice([2, 3, 4, 5]) for _ in range(convs)]
+    strides = [rng.choice([1, 2, 3]) for _ in range(convs)]
+    frames = rng.randint(3, 16)
+    samples = frames
+    for k, s in zip(reversed(kernels), reversed(strides)):
+        samples = (samples - 1) * s + k
+    norm = rng.choice(["group", "layer"])
+    return {"batch": rng.randint(1, 3), "layers": rng.randint(1, 3), "hidden": h * d, "heads": h,
+            "inter": _inter(rng, h * d), "act": rng.choice(["gelu", "relu", "gelu_new", "silu"]),
+            "conv_dim": dims, "conv_kernel": kernels, "conv_stride": strides, "conv_bias": rng.random() < 0.5,
+            "feat_extract_norm": norm, "feat_extract_act": rng.choice(["gelu", "relu", "silu"]),
+            "stable_layer_norm": norm == "layer" and rng.random() < 0.7,
+            "pos_conv_kernel": rng.choice([2, 3, 4, 8]),
+            "pos_conv_groups": rng.choice([g for g in (1, 2, 4, 8) if (h * d) % g == 0]),
+            "frames": frames, "samples": samples + rng.randint(0, strides[0] - 1), "vocab": rng.randint(8, 40),
+            "eps": rng.choice([1e-5, 1e-6]), "init_std": rng.choice([0.02, 0.1]),
+            "positions": "convolutional (grouped, weight norm)"}
+
+
+def _build_wav2vec2(c):
+    tf = _transformers()
+    cfg = tf.Wav2Vec2Config(vocab_size=c["vocab"], hidden_size=c["hidden"], num_hidden_layers=c["layers"],
+                            num_attention_heads=c["heads"], intermediate_size=c["inter"], hidden_act=c["act"],
+                            hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0,
+                            final_dropout=0.0, layerdrop=0.0, initializer_range=c["init_std"],
+                            layer_norm_eps=c["eps"], feat_extract_norm=c["feat_extract_norm"],
+                            feat_extract_activation=c["feat_extract_act"], conv_dim=c["conv_dim"],
+                            conv_stride=c["conv_stride"], conv_kernel=c["conv_kernel"], conv_bias=c["conv_bias"],
+                            num_conv_pos_embeddings=c["pos_conv_kernel"],
+                            num_conv_pos_embedding_groups=c["pos_conv_groups"],
+                            do_stable_layer_norm=c["stable_layer_norm"], apply_spec_augment=False,
+                            mask_time_prob=0.0, mask_feature_prob=0.0, pad_token_id=0)
+    return tf.Wav2Vec2ForCTC(cfg), (torch.randn(c["batch"], c["samples"]),), ("input_values",)
+
+
+def _convnextv2(rng):
+    """ConvNeXt V2: ConvNeXt blocks with global response normalisation (an L2 norm over the spatial grid,
+    divided by its channel mean) in place of layer scale."""
+    c = _convnext(rng)
+    del c["layer_scale"]
+    c["grn"] = True
+    return c
+
+
+def _build_convnextv2(c):
+    tf = _transformers()
+    cfg = tf.ConvNextV2Config(num_channels=3, patch_size=c["patch_size"], num_stages=len(c["hidden_sizes"]),
+                              hidden_sizes=c["hidden_sizes"], depths=c["depths"], hidden_act=c["act"],
+                              initializer_range=c["init_std"], layer_norm_eps=c["eps"], drop_path_rate=0.0,
+                              image_size=c["image"], num_labels=c["labels"])
+    return tf.ConvNextV2ForImageClassification(cfg), (_images(c),), ("pixel_values",)
+
+
 # ---- timm (only where it imports: not on CPU torch here, whose torchvision does not load) ---------------
 
 def _timm_mobilenetv3(rng):
@@ -679,7 +896,7 @@ class Family:
     """A family of architectures: `sample(rng) -> config`, `build(config) -> (model, inputs[, input names])`."""
 
     name: str
-    kind: str  # decoder / encoder / encoder-decoder / moe / conv / vision-transformer / ssm
+    kind: str  # decoder / encoder / encoder-decoder / moe / conv / vision-transformer / ssm / audio
     sample: Callable[[random.Random], dict]
     build: Callable[[dict], tuple]
     needs: str = "transformers"
@@ -710,6 +927,15 @@ _ALL = [
     Family("swin", "vision-transformer", _swin, _build_swin),
     Family("mamba", "ssm", _mamba, _build_mamba),
     Family("mamba2", "ssm", _mamba2, _build_mamba2),
+    Family("albert", "encoder", _albert, _build_albert),
+    Family("deberta_v2", "encoder", _deberta_v2, _build_deberta_v2),
+    Family("fnet", "encoder", _fnet, _build_fnet),
+    Family("opt", "decoder", _opt, _build_opt),
+    Family("gptj", "decoder", _gptj, _build_gptj),
+    Family("mistral", "decoder", _mistral, _build_mistral),
+    Family("whisper", "encoder-decoder", _whisper, _build_whisper),
+    Family("wav2vec2", "audio", _wav2vec2, _build_wav2vec2),
+    Family("convnextv2", "conv", _convnextv2, _build_convnextv2),
     Family("timm_mobilenetv3", "conv", _timm_mobilenetv3, _build_timm_mobilenetv3, needs="timm"),
     Family("timm_vit", "vision-transformer", _timm_vit, _build_timm_vit, needs="timm"),
 ]

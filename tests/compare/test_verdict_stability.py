@@ -294,6 +294,43 @@ def test_convnext_draws_keep_only_the_stages_their_patch_grid_holds():
         assert len(c["depths"]) == len(c["hidden_sizes"])
 
 
+UNSEEN = ["albert", "deberta_v2", "fnet", "opt", "gptj", "mistral", "whisper", "wav2vec2", "convnextv2"]
+
+
+def test_unseen_families_draw_the_numerics_they_are_named_for():
+    """The families added after the grid was tuned (benchmarks/results/stability_cpu_unseen*): each draw has
+    the feature that makes it new. 24 seeds, no model built."""
+    assert set(UNSEEN) <= set(fam.FAMILIES)
+    for seed in range(24):
+        m = fam.draw_config("mistral", seed)
+        assert 2 <= m["sliding_window"] < m["seq"], m  # the window cuts the sequence
+        assert fam.draw_config("albert", seed)["layers"] >= 2  # one layer's weights used more than once
+        g = fam.draw_config("gptj", seed)
+        assert 2 <= g["rotary_dim"] <= g["head_dim"] and g["rotary_dim"] % 2 == 0, g
+        w = fam.draw_config("wav2vec2", seed)
+        n = w["samples"]
+        for k, s in zip(w["conv_kernel"], w["conv_stride"]):
+            n = (n - k) // s + 1
+        assert n == w["frames"] >= 3, w  # the conv feature extractor leaves the drawn frames
+        assert w["hidden"] % w["pos_conv_groups"] == 0
+    assert {tuple(fam.draw_config("deberta_v2", s)["pos_att_type"]) for s in range(24)} > {("c2p",)}
+
+
+@pytest.mark.parametrize("family", ["albert", "whisper", "wav2vec2"])
+def test_unseen_family_inputs_are_what_the_model_reads(family):
+    """ALBERT shares one layer across all layers; Whisper's features are exactly twice its source positions;
+    Wav2Vec2 reads raw samples."""
+    case, c = fam.draw(family, 0)
+    model = case.model.model
+    if family == "albert":
+        assert len(model.albert.encoder.albert_layer_groups) == 1 and c["layers"] >= 2
+    elif family == "whisper":
+        assert case.inputs[0].shape == (c["batch"], c["mel_bins"], 2 * c["source_positions"])
+    else:
+        assert case.inputs[0].shape == (c["batch"], c["samples"])
+        assert case.model(*case.inputs).shape[:2] == (c["batch"], c["frames"])
+
+
 def test_a_grid_row_replays_as_a_target(monkeypatch):
     """`models/families.py:FAMILY_SEED` names the drawn model of a grid row; a name that is none is the usual
     one-line target error."""
