@@ -137,6 +137,10 @@ def test_the_few_element_plants_touch_the_elements_they_say():
         changed = flipped != x
         assert int(changed.sum()) == k and torch.equal(flipped[changed], -x[changed])
         assert x[changed].abs().max() <= x[~changed].abs().min()
+    z = x.clone()
+    z[0] = 0.0  # a row of exact zeros (a tied head's padding logits): the plants must not land there
+    for k in (1, 8):
+        assert int((vs._few_wrong(z, k) != z).sum()) == k and int((vs._flip_few(z, k) != z).sum()) == k
     y = torch.randn(5, 4, requires_grad=True)
     vs._few_wrong(y, 3).sum().backward()  # straight-through: the gradient is exact
     assert torch.equal(y.grad, torch.ones_like(y))
