@@ -117,17 +117,16 @@ FEW_REL = 2.0 ** -3  # few_wrong's relative error: 32 of bf16's half-ulps, far o
 
 
 def _few_positions(x: torch.Tensor, k: int) -> torch.Tensor:
-    """A mask of `k` non-zero elements spread evenly over x (flattened), by arithmetic (no in-place writes).
-    Zeros are left out: a tied head whose padding row is zero has logits exactly 0.0, where a relative error
-    or a sign flip changes nothing (it made the plant a no-op on ALBERT, DeBERTa-v2, OPT and Whisper)."""
-    flat = x.detach().reshape(-1)
-    where = torch.nonzero(flat != 0).reshape(-1)
-    if not where.numel():
-        return torch.zeros_like(x, dtype=torch.bool)
-    k = max(1, min(int(k), where.numel()))
-    step = where.numel() // k
-    picked = where[step // 2::step][:k]
-    return torch.zeros_like(flat, dtype=torch.bool).index_fill(0, picked, True).reshape(x.shape)
+    """A mask of `k` non-zero elements spread evenly over x (flattened), by arithmetic on whole tensors: no
+    data-dependent shapes (nonzero, .item()), since the plant runs inside the compiled graph. Zeros are left
+    out: a tied head whose padding row is zero has logits exactly 0.0, where a relative error or a sign flip
+    changes nothing (it made the plant a no-op on ALBERT, DeBERTa-v2, OPT and Whisper)."""
+    nz = x.detach().reshape(-1) != 0
+    rank = torch.cumsum(nz.to(torch.int64), 0) - 1          # each non-zero element's index among them
+    count = nz.sum()
+    step = torch.clamp(count // k, min=1)
+    picked = nz & ((rank - step // 2) % step == 0) & (rank >= step // 2) & ((rank - step // 2) // step < k)
+    return picked.reshape(x.shape)
 
 
 def _few_wrong(x: torch.Tensor, k: float) -> torch.Tensor:
@@ -140,11 +139,13 @@ def _few_wrong(x: torch.Tensor, k: float) -> torch.Tensor:
 
 def _flip_few(x: torch.Tensor, k: float) -> torch.Tensor:
     """Sign flipped on the `k` non-zero elements of smallest magnitude (flipping a zero changes nothing),
-    straight-through in backward."""
+    straight-through in backward; whole-tensor arithmetic, as _few_positions."""
     mag = x.detach().abs().reshape(-1)
     mag = torch.where(mag == 0, torch.full_like(mag, float("inf")), mag)
-    k = max(1, min(int(k), int(torch.isfinite(mag).sum()) or 1))
-    threshold = mag.kthvalue(k).values
+    ordered = torch.sort(mag).values
+    count = torch.isfinite(mag).sum()
+    at = torch.clamp(torch.minimum(count, torch.full_like(count, int(k))) - 1, min=0)
+    threshold = ordered.gather(0, at.reshape(1))
     planted = torch.where(mag.reshape(x.shape) <= threshold, -x, x)
     return x + (planted - x).detach()
 

@@ -144,6 +144,12 @@ def test_the_few_element_plants_touch_the_elements_they_say():
     y = torch.randn(5, 4, requires_grad=True)
     vs._few_wrong(y, 3).sum().backward()  # straight-through: the gradient is exact
     assert torch.equal(y.grad, torch.ones_like(y))
+    # the plants run inside the compiled graph: no data-dependent shapes (nonzero, .item()) that dynamo
+    # breaks the graph on and Inductor miscompiled (OPT: a garbage view shape); same elements as eager
+    torch._dynamo.reset()
+    for fn in (vs._few_wrong, vs._flip_few):
+        compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+        assert torch.equal(compiled(z, 8), fn(z, 8))
 
 
 def test_plants_hook_the_head_or_the_middle_layer():
