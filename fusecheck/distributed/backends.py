@@ -3,6 +3,7 @@ backend can run here (with a clear reason when it cannot)."""
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,8 +28,19 @@ class Backend:
         return torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, local_rank)
 
 
+def gloo_rank_limit() -> int:
+    """gloo ranks are processes on this host's CPUs: beyond a few per core they only wait for each other, and a
+    check that could not finish in its timeout would be reported as a HANG of a correct kernel."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 def _gloo_unavailable(world: int) -> str | None:
-    return None if dist.is_available() and dist.is_gloo_available() else "this torch build has no gloo"
+    if not (dist.is_available() and dist.is_gloo_available()):
+        return "this torch build has no gloo"
+    if world > gloo_rank_limit():
+        return (f"gloo with {world} ranks on {os.cpu_count()} CPU core(s): more than {gloo_rank_limit()} ranks "
+                "(4 per core, at least 8) would time out waiting for each other; use fewer ranks or devices")
+    return None
 
 
 def _nccl_unavailable(world: int) -> str | None:

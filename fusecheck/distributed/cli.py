@@ -48,11 +48,19 @@ def check_options(args) -> tuple:
     unknown = set(layers) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYERS)}")
-    if args.repeat < 1 or args.world_size < 1 or not 0 < args.timeout < math.inf:
-        raise ValueError("--repeat and --world-size must be >= 1 and --timeout a finite number > 0")
+    if args.repeat < 1 or not 0 < args.timeout < math.inf:
+        raise ValueError("--repeat must be >= 1 and --timeout a finite number > 0")
     if not 0 <= args.max_delay_ms < math.inf:
         raise ValueError(f"--max-delay-ms must be a finite number >= 0, not {args.max_delay_ms}")
     return layers
+
+
+def check_world(world: int) -> None:
+    """A distributed kernel is checked on two ranks or more: on one, every collective is the identity, so a
+    kernel that sends a chunk to the wrong rank, or sums in the wrong order, would pass."""
+    if world < 2:
+        raise ValueError(f"world size {world}: a distributed kernel needs at least 2 ranks (on one rank every "
+                         "collective is the identity and routing bugs cannot show)")
 
 
 def build_task(args, ref: str, spec_kwargs: dict, layers: tuple) -> CheckTask:
@@ -67,7 +75,12 @@ def build_task(args, ref: str, spec_kwargs: dict, layers: tuple) -> CheckTask:
 def check_shapes(shapes: list[dict], spec) -> None:
     """--shape dicts must use exactly the shape names the spec declares (a typo or a missing name would
     otherwise surface as a KeyError on every rank) with values of the declared kinds."""
-    declared = [dict(s) for s in getattr(spec, "shapes", []) or []]
+    from fusecheck.distributed.spec import SpecError
+    declared = getattr(spec, "shapes", []) or []
+    if not isinstance(declared, (list, tuple)) or not all(isinstance(d, dict) for d in declared):
+        raise SpecError(f"{type(spec).__name__}.shapes must be a list of dicts like [{{'m': 8, 'k': 4}}], "
+                        f"not {declared!r}"[:300])
+    declared = [dict(s) for s in declared]
     if not shapes or not declared:
         return
     names = set().union(*declared)
@@ -130,6 +143,7 @@ def run(args) -> int:
     try:
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.world_size
         check_options(args)
+        check_world(world)
         backend = select_backend(args.backend, world if not under_torchrun else 1)
         planned = plan(args, world, backend)
     except (ValueError, BackendUnavailable) as exc:  # bad usage or a broken spec: say what, exit 2

@@ -7,10 +7,12 @@ several sub-runs of the same kernel (same tags every repeat, so a varying result
 - MOVE (gather, all-to-all; data is only moved, bits survive): tag = src * L + offset (L = elements per
   rank), written in base B as finite normal values of the dtype whose bit patterns are the digits (fp16 has
   B = 53248 such values below the poison range, so two sub-runs tag 2.8e9 elements).
-- SUM (all-reduce, reduce-scatter; data is added): small integers, exact in the dtype whatever the order of
-  the additions. Rank sub-runs: rank r sends 2**r (ranks in groups of as many bits as the dtype holds), so
-  the sum's bits say which ranks contributed; position sub-runs: every rank sends digit j of offset + 1 in
-  base B = limit // W, so a correct sum is W * digit.
+- SUM (all-reduce, reduce-scatter; data is added): integers, exact in the dtype whatever the order of the
+  additions. Rank sub-runs: rank r sends 2**r (ranks in groups of as many bits as the dtype holds), so the
+  sum's bits say which ranks contributed; position sub-runs: every rank sends H + digit j of offset, H the
+  largest power of two with W * 2H <= the largest exact integer, so a correct sum is W * (H + digit). The
+  H makes every value use the dtype's whole significand: a transfer that rounds through a narrower dtype
+  (fp32 data sent as bf16) changes the odd digits and fails layer 1, where small integers would pass.
 NaN and 0 decode as "unwritten"; +-Inf, poison and any other value that is not a tag as "garbage".
 """
 from __future__ import annotations
@@ -153,20 +155,23 @@ class SumPlan(TagPlan):
         limit = EXACT_INT_LIMIT[dtype]
         self.rank_bits = int(math.log2(limit + 1))            # 2**k - 1 (every bit set) must be exact
         self.groups = -(-world // self.rank_bits)
-        self.base = limit // world                             # W ranks x digit <= limit
-        if self.base < 2:
+        per_rank = limit // world                              # W ranks x value <= limit
+        if per_rank < 4:
             raise ValueError(f"{world} ranks cannot be tagged exactly in {dtype} (integers up to {limit})")
+        self.high = 2 ** (per_rank.bit_length() - 2)           # H <= per_rank / 2: values H + digit fill the significand
+        self.base = min(self.high, per_rank - self.high)
         self.digits = _digits_needed(self.base, max(1, numel))
         super().__init__("sum", dtype, world, numel, self.groups + self.digits,
-                         f"small integers exact in {str(dtype).removeprefix('torch.')}: ranks as bits "
-                         f"({self.groups} sub-run(s)), offsets in base {self.base} ({self.digits} sub-run(s))")
+                         f"integers exact in {str(dtype).removeprefix('torch.')}: ranks as bits "
+                         f"({self.groups} sub-run(s)), offsets as {self.high} + a digit in base {self.base} "
+                         f"({self.digits} sub-run(s))")
 
     def encode(self, rank, shape):
         n = int(torch.Size(shape).numel())
         out = [torch.full((n,), float(2 ** (rank - g * self.rank_bits)) if rank // self.rank_bits == g else 0.0,
                           dtype=torch.float64) for g in range(self.groups)]
         offset = torch.arange(n, dtype=torch.int64)
-        out += [((offset // self.base ** j) % self.base + 1).double() for j in range(self.digits)]
+        out += [((offset // self.base ** j) % self.base + self.high).double() for j in range(self.digits)]
         return [t.reshape(shape).to(self.dtype) for t in out]
 
     def decode(self, values):
@@ -198,9 +203,9 @@ class SumPlan(TagPlan):
         offset = 0
         for j, s in enumerate(sums):
             q, rem = divmod(int(s), len(ranks))
-            if rem or not 1 <= q <= self.base:
-                return GARBAGE   # contributions from different offsets (or counted twice)
-            offset += (q - 1) * self.base ** j
+            if rem or not 0 <= q - self.high < self.base:
+                return GARBAGE   # contributions from different offsets, counted twice, or rounded in transit
+            offset += (q - self.high) * self.base ** j
         if offset >= self.numel:
             return GARBAGE
         return Origin("tag" if len(ranks) == self.world else "partial", ranks, offset)

@@ -54,6 +54,25 @@ def test_bad_input_is_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("world, message", [
+    ("1", "at least 2 ranks"),      # every collective is the identity: a misrouting kernel would pass
+    ("0", "at least 2 ranks"),
+    ("100000", "time out waiting for each other"),
+])
+def test_a_world_size_that_cannot_judge_the_kernel_is_exit_2_before_any_rank_starts(world, message, capsys,
+                                                                                    no_ranks):
+    assert main(["tests/planted/dist_bugs.py:WrongRankOrder", "--world-size", world]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_rank_under_torchrun_is_exit_2(monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert main([AG]) == 2
+    assert "at least 2 ranks" in capsys.readouterr().err
+
+
 def test_nccl_requested_without_gpus_is_exit_2(capsys):
     import torch
     if torch.cuda.is_available():
@@ -108,6 +127,10 @@ class RaisesInMakeInputs(Good):
 
 class UnknownCollective(Good):
     collective = "all_gather_v"
+
+
+class ShapesAsLists(Good):
+    shapes = [[3, 8, 4]]
 '''
 
 
@@ -130,6 +153,8 @@ def no_ranks(monkeypatch):
 @pytest.mark.parametrize("cls, extra, message", [
     ("RaisesInMakeInputs", [], "RaisesInMakeInputs.make_inputs({'m': 4}, rank=0, world=2, seed=0) raised KeyError"),
     ("UnknownCollective", [], "collective 'all_gather_v' unknown"),
+    ("ShapesAsLists", [], "ShapesAsLists.shapes must be a list of dicts"),
+    ("ShapesAsLists", ["--shape", "m=4"], "ShapesAsLists.shapes must be a list of dicts"),
     ("Good", ["--spec-arg", "rank=nan"], "--spec-arg rank=nan: not a valid int"),
     ("Good", ["--spec-arg", "flag=maybe"], "not a valid bool"),
     ("Good", ["--spec-arg", "nope=1"], "--spec-arg nope: no spec's constructor takes it"),
@@ -200,7 +225,8 @@ def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_ru
     folder = tmp_path / "specs"
     folder.mkdir()
     (folder / "broken.py").write_text(SPEC_TEMPLATE.replace("class Good(", "class _Good(").replace("(Good)", "(_Good)")
-                                      .replace("class UnknownCollective", "class _UnknownCollective"))
+                                      .replace("class UnknownCollective", "class _UnknownCollective")
+                                      .replace("class ShapesAsLists", "class _ShapesAsLists"))
     out = tmp_path / "many.json"
     code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
     data = json.loads(out.read_text())

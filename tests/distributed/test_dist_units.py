@@ -1,6 +1,7 @@
 """Unit tests of `fusecheck dist` parts that need no ranks: tags, collectives, stats, diagnosis, stress, backends."""
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from fusecheck.distributed.collectives import COLLECTIVES
 from fusecheck.distributed.diagnosis import Facts, diagnose
 from fusecheck.distributed.stats import wilson_interval
 from fusecheck.distributed.summary import LayerSummary
+from fusecheck.distributed.ranges import EXACT_INT_LIMIT
 from fusecheck.distributed.tags import MOVE, SUM, explain
 
 
@@ -37,8 +39,38 @@ def test_tag_sub_runs_grow_only_when_the_dtype_cannot_hold_the_position():
     assert MOVE.plan(torch.bfloat16, 2, 64).subruns == 1
     assert MOVE.plan(torch.bfloat16, 4, 100_000).subruns == 2       # base 34560 bit patterns per sub-run
     assert MOVE.plan(torch.float32, 8, 10**8).subruns == 1
-    assert SUM.plan(torch.bfloat16, 4, 100).subruns == 1 + 2        # ranks; offsets in base 64
+    assert SUM.plan(torch.bfloat16, 4, 100).subruns == 1 + 2        # ranks; offsets as 32 + a digit in base 32
     assert "bit patterns of bfloat16" in MOVE.plan(torch.bfloat16, 2, 8).description
+
+
+NARROWER = [torch.bfloat16, torch.float16] + [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2")
+                                               if hasattr(torch, n)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("scheme, collective", [(MOVE, "all_gather"), (SUM, "all_reduce"), (SUM, "reduce_scatter")])
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_a_transfer_through_a_narrower_dtype_changes_the_tags(dtype, scheme, collective, world):
+    """Layer 1 must catch communication that rounds through a dtype with fewer significand bits (fp32 data sent
+    as bf16): the tags use every significand bit they can, so small integers that survive the rounding
+    cannot hide it. A sum of W exact integers leaves each rank p - ceil(log2 W) bits (fp16 over 8 ranks: 8,
+    as many as bf16 holds): there the narrower dtype is not narrower for the tags, and layer 3 judges it."""
+    numel = 4 * world * 6
+    plan = scheme.plan(dtype, world, numel)
+    tags = [plan.encode(r, (numel,)) for r in range(world)]
+    deliver = COLLECTIVES[collective].deliver
+    for narrow in NARROWER:
+        bits = round(1 - math.log2(torch.finfo(narrow).eps))           # significand bits, the implicit one too
+        room = (EXACT_INT_LIMIT[dtype] // world).bit_length() - 1 if scheme is SUM else 64
+        if torch.finfo(narrow).eps <= torch.finfo(dtype).eps or bits >= room:
+            continue
+        for j in range(plan.subruns):
+            exact = deliver([t[j] for t in tags], 0)
+            rounded = deliver([t[j].to(narrow).to(dtype) for t in tags], 0)
+            if not torch.equal(rounded, exact):
+                break
+        else:
+            raise AssertionError(f"{dtype} tags of {collective} survive a transfer in {narrow}")
 
 
 def _gather(world, shape, swap=None):

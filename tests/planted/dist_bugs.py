@@ -306,6 +306,21 @@ class UpcastAllReduceNotCopiedBack(AllReduceRMSNorm):
             consume(s, e, buf)
 
 
+class AllReducesThroughBf16(AllReduceRMSNorm):
+    """Sends every chunk as bf16 whatever the op dtype (a "bandwidth" shortcut): fp32 data loses 16 significand
+    bits in transit. The values still sum right to bf16 precision, so only tags that need the op dtype's
+    whole significand show it in layer 1."""
+
+    def _pipeline(self, x, group, consume):
+        from fusecheck.distributed import chunk_bounds, workspace
+        for c, (s, e) in enumerate(chunk_bounds(x.shape[0], int(self.tiling["chunks"]))):
+            buf = workspace.buffer(f"ar_rmsnorm.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
+            wire = x[s:e].to(torch.bfloat16)
+            dist.all_reduce(wire, group=group)
+            buf.copy_(wire)
+            consume(s, e, buf)
+
+
 class SquaresInHalf(AllReduceRMSNorm):
     """Computes the mean square in the op dtype: in fp16 it overflows once |x| > 256 (inputs of ordinary
     magnitude never show it)."""
