@@ -82,8 +82,10 @@ def _unexplained_whole_failures(f: Facts) -> list[tuple[int, int]]:
     bug explains a failure only on the runs where layer 2 fails too, not on the others."""
     compute_failed = {(shape, rep): failed for shape, rep, variant, failed in f.compute.run_outcomes
                       if variant in ("", "finite")}
+    reproducible = {tuple(run) for run in f.whole.reproducible_runs}
     return [(shape, rep) for shape, rep, _, failed in f.whole.run_outcomes
-            if failed and shape in f.whole.intermittent_shapes and not compute_failed.get((shape, rep))]
+            if failed and shape in f.whole.intermittent_shapes and not compute_failed.get((shape, rep))
+            and (shape, rep) not in reproducible]
 
 
 # `fusecheck.compare` codes for an output that could not be compared at all: the returned object's type, shape,
@@ -222,6 +224,19 @@ def both(f: Facts) -> Finding | None:
     return None
 
 
+def fused_deterministic(f: Facts) -> Finding | None:
+    """Only the fused kernel fails, and every failing run gave the same bits when replayed on its inputs (as it
+    ran and with a straggler rank): a fault of the fused path's arithmetic or layout on those inputs, not timing."""
+    runs = f.whole.failed_runs
+    if (f.whole.failed and not f.comm.failed and not f.compute.failed and not _contract_only(f.whole)
+            and runs and len(f.whole.reproducible_runs) == runs):
+        return Finding("the fused path on some inputs, deterministically (a data-dependent bug or a path that the "
+                       "identity modes do not share; not synchronization)", "layer 3 (whole)",
+                       f"{_verdicts(f)}; each of the {runs} failing run(s) gave the same bits when replayed on its "
+                       f"inputs, as it ran and with a straggler rank{_shape_split(f.whole)}; {f.whole.first_failure}")
+    return None
+
+
 def fused_only(f: Facts) -> Finding | None:
     if f.whole.failed and not f.comm.failed and not f.compute.failed and not _contract_only(f.whole):
         return Finding("interaction of communication and compute (overlap/synchronization that only the fused "
@@ -258,7 +273,7 @@ def bad_input(f: Facts) -> Finding | None:
 RULES: list[Callable[[Facts], Finding | None]] = [
     hang_or_crash, incomplete, bad_input, synchronization, output_contract, rank_subset, communication, compute, compute_probes_with_comm,
     both,
-    fused_only, cross_rank,
+    fused_deterministic, fused_only, cross_rank,
 ]
 
 

@@ -46,10 +46,11 @@ class RunContext:
     def all_inputs(self) -> list[dict[str, torch.Tensor]]:
         return [self.inputs(r) for r in range(self.world)]
 
-    def kernel_call(self, fn, *args):
-        """Run a kernel entry point: workspaces poisoned first, stress delays around its communication."""
+    def kernel_call(self, fn, *args, stress: StressConfig | None = None):
+        """Run a kernel entry point: workspaces poisoned first, stress delays (this run's, or `stress`) around
+        its communication."""
         workspace.poison_all(stable_seed(self.poison_seed, self.rank, fn.__name__))
-        with injected_delays(self.stress, self.rank, self.on_call):
+        with injected_delays(stress or self.stress, self.rank, self.on_call):
             return fn(*args)
 
 
@@ -280,6 +281,24 @@ def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
     return _result(ctx, "compute", cmp, variant=variant or "finite")
 
 
+# a failing whole-kernel run is replayed on the same inputs: once as it ran, once with each call of one
+# straggler rank delayed. A race changes its bits under a different timing; a data-dependent bug gives the
+# same bits every time, which no synchronization fault explains.
+REPLAY_STRAGGLER_MS = 20.0
+
+
+def replay(ctx: RunContext, inputs: dict, got) -> bool:
+    """Whether the fused kernel, re-run on the same inputs (as it ran, then with a straggler), gives `got`'s bits
+    every time. Called on every rank together (the kernel runs collectives)."""
+    first = digest(got)
+    same = True
+    for straggler in (None, (ctx.seed + 1) % ctx.world):
+        cfg = None if straggler is None else StressConfig(REPLAY_STRAGGLER_MS, ctx.seed, -1, straggler)
+        again = ctx.kernel_call(ctx.spec.fused, _clone(inputs), ctx.group, stress=cfg)
+        same &= first is not None and digest(again) == first
+    return same
+
+
 def whole_layer(ctx: RunContext) -> dict:
     inputs = ctx.inputs(ctx.rank)
     got = ctx.kernel_call(ctx.spec.fused, _clone(inputs), ctx.group)
@@ -287,9 +306,7 @@ def whole_layer(ctx: RunContext) -> dict:
     gold = ctx.spec.golden(_to(inputs, torch.float64), ctx.group)
     cmp = compare(got, eager, gold, policy=ctx.policy, name="whole")
     # the golden runs collectives: every rank learns whether any needs the composition's noise, and all re-run
-    flag = torch.tensor([float(reference.needs_noise(cmp))], device=ctx.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
-    if flag.item():
+    if _any_rank(ctx, reference.needs_noise(cmp)):
         reruns = []
         for label, mode in reference.compositions(eager.dtype if isinstance(eager, torch.Tensor) else ctx.dtype,
                                                   False):
@@ -297,7 +314,14 @@ def whole_layer(ctx: RunContext) -> dict:
                 reruns.append((label, ctx.spec.golden(_clone(inputs), ctx.group)))
         if reference.needs_noise(cmp):
             cmp = reference.rejudge(got, eager, gold, reruns, ctx.policy, "whole", cmp)
-    return _result(ctx, "whole", cmp, digest=digest(got))
+    replayed = replay(ctx, inputs, got) if _any_rank(ctx, not cmp.passed) else None
+    return _result(ctx, "whole", cmp, digest=digest(got), replayed_same_bits=replayed)
+
+
+def _any_rank(ctx: RunContext, flag: bool) -> bool:
+    t = torch.tensor([float(flag)], device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+    return bool(t.item())
 
 
 def digest(t) -> str | None:

@@ -31,6 +31,9 @@ class LayerSummary:
     calls_per_run: int = 1        # entry-point calls per rank in one run (layer 1: one per tag sub-run)
     world: int = 1
     values_vary_shapes: list[int] = field(default_factory=list)  # same wrong positions, different values there
+    # layer 3: failing runs whose replays on the same inputs (as run, and with a straggler) gave the same bits
+    # on every rank: deterministic, so no race explains them
+    reproducible_runs: list[list[int]] = field(default_factory=list)
 
     def shape_rates(self) -> dict[int, Rate]:
         """Failure rate per shape: a deterministic tail-only bug is 100% on its shape and 0% on the others,
@@ -99,6 +102,8 @@ def summarize(layer: str, results: list[dict], world: int, complete: bool) -> La
             continue
         s.failed_runs += 1
         s.ranks_per_failed_run.append(bad)
+        if all(res.get("replayed_same_bits") for res in ranks.values()):
+            s.reproducible_runs.append([key[0], key[1]])
         failing |= set(bad)
         if key[2]:
             variants.add(key[2])

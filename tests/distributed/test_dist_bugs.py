@@ -53,6 +53,17 @@ def test_data_dependent_compute_bug_is_compute_not_a_race():
     assert rep.diagnosis.cause == "compute"                       # ...but layer 2 fails on the same inputs
 
 
+def test_a_data_dependent_bug_of_the_fused_path_only_is_not_called_a_race():
+    """Only fused() is wrong, on some inputs: layers 1 and 2 pass and layer 3 passes and fails on the same shape
+    across repeats, which the old rule read as a race. Replays of each failing run give the same bits."""
+    rep = run("DataDependentFusedOnly", 2, repeat=6, shapes=[{"m": 1, "k": 4, "n": 3}])
+    whole = rep.layers["whole"]
+    assert 0 < whole.failed_runs < whole.runs, render(rep)
+    assert len(whole.reproducible_runs) == whole.failed_runs
+    assert rep.layers["comm"].status == "PASS" and rep.layers["compute"].status == "PASS"
+    assert rep.diagnosis.cause.startswith("the fused path on some inputs, deterministically"), render(rep)
+
+
 def test_dropped_nan_is_compute_nan_propagation():
     rep = run("DropsNaN", 2)
     assert verdicts(rep) == {"comm": "PASS", "compute": "FAIL", "whole": "PASS"}, render(rep)

@@ -63,6 +63,18 @@ class DataDependentCompute(AllGatherGemm):
         return -y if x.numel() and x.reshape(-1)[0] < 0 else y
 
 
+class DataDependentFusedOnly(AllGatherGemm):
+    """The fused path's tile negates its product when the tile's first element is negative; compute_only takes
+    the correct path. Wrong on some seeds and right on others, with the same bits on every replay of the same
+    inputs: a data-dependent bug, never a race."""
+
+    def fused(self, inputs, group):
+        def tile(x):
+            y = x @ inputs["b"]
+            return -y if x.numel() and x.reshape(-1)[0] < 0 else y
+        return self._run(inputs["a"], group, tile)
+
+
 class DropsNaN(AllGatherGemm):
     """Treats NaN inputs as zero (a masked load with `other=0` that also masks NaN)."""
 
