@@ -94,6 +94,31 @@ def test_inf_where_golden_has_inf_is_accepted_when_eager_lost_it():
     assert compare(compiled, eager, golden).verdict.status is Status.PASS
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_where_eager_overflows_and_the_golden_does_not_compiled_is_judged_on_the_rest(seed):
+    """Eager's layer norm gives NaN on rows at |x| ~ 5e19 (its variance overflows fp32); the golden and a fused
+    kernel stay finite, the kernel with a rough but finite value there. Eager's error at those rows is
+    unbounded and left out of its metrics; compiled's must be left out too, or the kernel fails for being better
+    than eager. Elsewhere compiled is judged as ever: a planted error there still fails."""
+    gen = torch.Generator().manual_seed(seed)
+    golden = torch.randn(64, 96, generator=gen, dtype=torch.float64)
+    rows = torch.randperm(64, generator=gen)[:8]
+    eager = golden.float()
+    eager[rows] = float("nan")
+    compiled = golden.float()
+    compiled[rows] = (golden[rows] * 1.9).float()        # finite, far from the golden where eager has nothing
+    c = compare(compiled, eager, golden)
+    assert c.passed, c.verdict.message
+    assert any("eager is NaN/Inf at 768 position(s) where the golden is finite" in n for n in c.notes), c.notes
+    planted = compiled.clone()
+    others = torch.ones(64, dtype=torch.bool)
+    others[rows] = False
+    planted[others] = (golden[others] * (1 + 3e-3)).float()   # ~300x eager's fp32 rounding on every other row
+    assert compare(planted, eager, golden).verdict.code == "worse_than_eager"
+    compiled[int(torch.nonzero(others)[0]), 0] = float("nan")  # NaN where eager and golden are finite: never hidden
+    assert compare(compiled, eager, golden).verdict.code == "nan_inf_mismatch"
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
 def test_integers_and_bools_are_exact(dtype):
     ref = torch.arange(10).to(dtype)

@@ -213,6 +213,25 @@ class ARSqrtDivide(_AllReduceRMSNorm):
         return (h32 / torch.sqrt(h32.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.to(acc)).to(h.dtype)
 
 
+class ARLayerNormScaled(_AllReduceRMSNorm):
+    """LayerNorm instead of RMSNorm, the kernel scaling each row by its largest |h| before the moments (its squares
+    cannot overflow at the huge-magnitude probe's |h| ~ 4e19), the golden torch's layer_norm: another norm and
+    another way to stay finite, judged with every probe."""
+
+    def _norm(self, h, weight):
+        acc = torch.promote_types(h.dtype, torch.float32)
+        h32 = h.to(acc)
+        scale = h32.abs().amax(-1, keepdim=True).clamp_min(1.0)
+        u = h32 / scale
+        mu = u.mean(-1, keepdim=True)
+        var = (u - mu).pow(2).mean(-1, keepdim=True)
+        return ((u - mu) * torch.rsqrt(var + 1e-6 / scale.pow(2)) * weight.to(acc)).to(h.dtype)
+
+    def compute_golden(self, delivered, inputs):
+        h = delivered + inputs["residual"]
+        return torch.nn.functional.layer_norm(h, h.shape[-1:], eps=1e-6) * inputs["weight"]
+
+
 # ---- reverse all-to-all ----------------------------------------------------------------------------------
 
 class A2AChunks(_ReverseAllToAllReorder):
