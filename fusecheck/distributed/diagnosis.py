@@ -42,7 +42,7 @@ def _verdicts(f: Facts) -> str:
 def _comm_detail(s: LayerSummary) -> str:
     kinds = {"misrouted": "data from the wrong rank (rank order)", "shifted": "right rank, wrong offset (chunking/layout)",
              "missing_ranks": "reduction missing ranks' contributions", "unwritten": "slots never written",
-             "garbage": "stale/poisoned data read"}
+             "garbage": "values that are no tag (stale or poisoned data; in a reduction, a contribution added twice)"}
     parts = [f"{kinds[k]}: {n}" for k, n in sorted(s.classes.items(), key=lambda kv: -kv[1]) if k in kinds]
     return "; ".join(parts) or s.first_failure
 
@@ -145,17 +145,11 @@ def communication(f: Facts) -> Finding | None:
     return None
 
 
-def _ordinary_rate(s: LayerSummary) -> tuple[int, int]:
-    runs = [failed for _, _, variant, failed in s.run_outcomes if (variant or "finite") in ("finite", "stressed")]
-    return sum(map(bool, runs)), len(runs)
-
-
 def _comm_leads(f: Facts) -> bool:
     """Layer 1 fails on every run while layer 2 fails on a minority of its ordinary runs: layer 1 alone explains
     the whole kernel's failures; layer 2's few are their own finding (never a reason to blame both)."""
-    cf, cn = _ordinary_rate(f.comm)
-    kf, kn = _ordinary_rate(f.compute)
-    return bool(cn and kn and cf == cn and 2 * kf < kn)
+    comm, compute = f.comm.split_rates()[0], f.compute.split_rates()[0]
+    return bool(comm.runs and compute.runs and comm.failures == comm.runs and 2 * compute.failures < compute.runs)
 
 
 def _fails_on_ordinary_inputs(s: LayerSummary) -> bool:
@@ -211,8 +205,9 @@ def compute_probes_with_comm(f: Facts) -> Finding | None:
         return Finding("compute" + _probe_kind(f.compute.variants_failed), "layer 2 (compute)",
                        f"only on probe variants; {f.compute.first_failure}")
     if f.comm.failed and f.compute.failed and _comm_leads(f):
-        kf, kn = _ordinary_rate(f.compute)
-        return Finding("compute", "layer 2 (compute)", f"on {kf} of {kn} ordinary runs (layer 1 fails on every run); "
+        ordinary = f.compute.split_rates()[0]
+        return Finding("compute", "layer 2 (compute)", f"on {ordinary.failures} of {ordinary.runs} ordinary runs "
+                       "(layer 1 fails on every run); "
                        f"{f.compute.first_failure}")
     return None
 

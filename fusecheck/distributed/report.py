@@ -77,7 +77,9 @@ def _rate_lines(rep: DistReport) -> list[str]:
             continue
         shapes = s.shape_rates()
         per = ", ".join(f"shape {k} {_rate_text(r)}" for k, r in shapes.items())
-        out += _lines(f"{name} failure rate (Wilson 95%): overall {_rate_text(s.overall_rate())}"
+        ordinary, probes = s.split_rates()
+        split = (f" = ordinary inputs {_rate_text(ordinary)} + probes {_rate_text(probes)}" if probes.runs else "")
+        out += _lines(f"{name} failure rate (Wilson 95%): overall {_rate_text(s.overall_rate())}{split}"
                       + (f"; per shape: {per}" if len(shapes) > 1 else "") + f" [unit: {s.unit}]", "  ")
     return ["", *out] if out else []
 

@@ -88,6 +88,7 @@ class DistReport:
                        for name, s in self.layers.items()},
             "cross_rank": self.cross,
             "repeat_stats": {name: {**rate_summary(s.failed_runs, s.runs), "unit": s.unit,
+                                    **dict(zip(("ordinary", "probes"), (r.to_dict() for r in s.split_rates()))),
                                     "per_shape": {str(k): r.to_dict() for k, r in s.shape_rates().items()}}
                              for name, s in self.layers.items()},
             "whole_failure_rate": {**rate_summary(whole.failed_runs, whole.runs), "unit": whole.unit},

@@ -9,6 +9,8 @@ from fusecheck.rates import Rate
 # what one run of a layer is: the entry point it calls, once per run on every rank (layer 1 calls comm_only
 # once per tag sub-run); a run fails when any rank's verdict fails
 UNIT_CALLS = {"comm": "comm_only", "compute": "compute_only", "whole": "fused"}
+# run variants that are draws of the ordinary inputs (the others are layer 2's probes)
+ORDINARY = ("finite", "stressed")
 
 
 @dataclass
@@ -47,6 +49,16 @@ class LayerSummary:
 
     def overall_rate(self) -> Rate:
         return Rate(self.failed_runs, self.runs, calls=self.calls_per_run, ranks=self.world)
+
+    def split_rates(self) -> tuple[Rate, Rate]:
+        """(ordinary runs, probe runs): layer 2's NaN/Inf and magnitude probes are other inputs, not more draws of
+        the same run, so a bug seen only by a probe is "0/3 ordinary, 2/39 probes", never a pooled 2/42."""
+        counts = {True: [0, 0], False: [0, 0]}
+        for _shape, _rep, variant, failed in self.run_outcomes:
+            n = counts[(variant or "finite") in ORDINARY]
+            n[0] += bool(failed)
+            n[1] += 1
+        return tuple(Rate(f, n, calls=self.calls_per_run, ranks=self.world) for f, n in (counts[True], counts[False]))
 
     @property
     def unit(self) -> str:

@@ -43,7 +43,7 @@ class Origin:
         if self.kind == "unwritten":
             return "unwritten data (0/NaN)"
         if self.kind == "garbage":
-            return "garbage (poisoned workspace or stale data, not a tag)"
+            return "garbage (not a tag: poisoned workspace, stale data, or a reduction that added a contribution twice)"
         row = self.offset // row_len
         who = f"rank {self.src[0]}" if len(self.src) == 1 else "ranks " + ",".join(map(str, self.src))
         return f"{who}'s block {row // block_rows} (row {row})"

@@ -70,6 +70,10 @@ def test_dropped_nan_is_compute_nan_propagation():
     assert rep.diagnosis.cause.startswith("compute (NaN/Inf propagation")
     assert rep.layers["compute"].codes.keys() == {"nan_inf_mismatch"}
     assert all(v.startswith("nan_inf") for v in rep.layers["compute"].variants_failed)
+    ordinary, probes = rep.layers["compute"].split_rates()   # a probe's failures are not pooled with ordinary runs
+    assert ordinary.failures == 0 and ordinary.runs == 3 and 0 < probes.failures < probes.runs
+    assert f"= ordinary inputs 0/3 (0%, < " in render(rep)
+    assert rep.to_dict()["repeat_stats"]["compute"]["ordinary"]["failures"] == 0
 
 
 @pytest.mark.parametrize("cls, code, kind", [("WrongDtype", "dtype_mismatch", "dtype"),
