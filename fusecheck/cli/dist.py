@@ -16,6 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(every spec in it) or a folder (every spec in its *.py files)")
     parser.add_argument("--world-size", type=int, default=2, help="ranks to start (ignored under torchrun) "
                         "(default: %(default)s)")
+    parser.add_argument("--group", default="auto", choices=["auto", "sub", "world"],
+                        help="the process group the kernel runs on: sub = global ranks 1..N of N+1 processes (rank 0 "
+                             "only waits), so a kernel that mixes its group rank with its global rank fails; world = "
+                             "the default group; auto = sub on gloo, world where the extra rank would need a device "
+                             "(default: %(default)s)")
     parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "hccl"],
                         help="auto: hccl on NPU, nccl on CUDA, else gloo (default: %(default)s)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="(default: %(default)s)")

@@ -145,6 +145,9 @@ def run(args) -> int:
         check_options(args)
         check_world(world)
         backend = select_backend(args.backend, world if not under_torchrun else 1)
+        outside = processes_outside(args.group, backend.name, under_torchrun)
+        if outside:
+            backend = select_backend(backend.name, world + outside)
         planned = plan(args, world, backend)
     except (ValueError, BackendUnavailable) as exc:  # bad usage or a broken spec: say what, exit 2
         print(f"fusecheck dist: error: {exc}", file=sys.stderr)
@@ -152,10 +155,19 @@ def run(args) -> int:
     if under_torchrun:
         from fusecheck.distributed.torchrun import run_under_torchrun
         return run_under_torchrun(planned, backend, args)
-    return _run_pool(planned, world, backend.name, args)
+    return _run_pool(planned, world, backend.name, args, outside)
 
 
-def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
+def processes_outside(group: str, backend: str, under_torchrun: bool) -> int:
+    """Processes started outside the kernel's group: 1 for a subgroup (`--group sub`, and `auto` on gloo, where
+    the extra rank costs a forked process and no device), else 0."""
+    if group == "sub" and under_torchrun:
+        raise ValueError("--group sub starts an extra process outside the kernel's group; under torchrun every "
+                         "process is a rank of the kernel (use the rank pool, or --group world)")
+    return int(group == "sub" or (group == "auto" and backend == "gloo" and not under_torchrun))
+
+
+def _run_pool(planned: list[Planned], world: int, backend: str, args, outside: int) -> int:
     from fusecheck.cli import watchdog
     from fusecheck.distributed.runner import check
     reports = {}
@@ -164,7 +176,8 @@ def _run_pool(planned: list[Planned], world: int, backend: str, args) -> int:
             continue
         watchdog.phase(f"checking {p.ref}")
         try:
-            reports[p.ref] = check(p.task, world, backend, timeout_s=args.timeout, start_method=args.start_method)
+            reports[p.ref] = check(p.task, world, backend, timeout_s=args.timeout, start_method=args.start_method,
+                                   outside=outside)
         except Exception as exc:
             print(f"fusecheck dist: tool error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 3

@@ -225,8 +225,10 @@ def fused_deterministic(f: Facts) -> Finding | None:
     runs = f.whole.failed_runs
     if (f.whole.failed and not f.comm.failed and not f.compute.failed and not _contract_only(f.whole)
             and runs and len(f.whole.reproducible_runs) == runs):
-        return Finding("the fused path on some inputs, deterministically (a data-dependent bug or a path that the "
-                       "identity modes do not share; not synchronization)", "layer 3 (whole)",
+        some = runs < f.whole.runs
+        return Finding(f"the fused path{' on some inputs' if some else ''}, deterministically ("
+                       + ("a data-dependent bug or a path that the identity modes do not share" if some else
+                          "a path that the identity modes do not share") + "; not synchronization)", "layer 3 (whole)",
                        f"{_verdicts(f)}; each of the {runs} failing run(s) gave the same bits when replayed on its "
                        f"inputs, as it ran and with a straggler rank{_shape_split(f.whole)}; {f.whole.first_failure}")
     return None

@@ -116,8 +116,11 @@ class RankPool:
     """`world` rank processes joined in one process group; `run(task)` returns an `Outcome`."""
 
     def __init__(self, world: int, backend: str = "gloo", timeout_s: float = 30.0, grace_s: float | None = None,
-                 start_method: str | None = None, phase_limit_s: float | None = None):
+                 start_method: str | None = None, phase_limit_s: float | None = None, outside: int = 0):
         self.world, self.backend, self.timeout_s = world, BACKENDS[backend], timeout_s
+        # processes outside the kernel's group (worker.rank_main): its group ranks are then not global ranks
+        self.outside = outside
+        self.outsiders: list = []     # (process, pipe) of each, started first: global ranks 0..outside-1
         self.start_method = start_method or self.backend.start_method
         self.grace_s = grace_s if grace_s is not None else max(2.0, 0.25 * timeout_s)
         # a rank that keeps making dist calls (a livelock: polling a flag that is never set with a collective)
@@ -134,7 +137,7 @@ class RankPool:
     # ---- lifecycle ---------------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
-        return bool(self.procs) and all(p.is_alive() for p in self.procs)
+        return bool(self.procs) and all(p.is_alive() for p in self.procs + [p for p, _ in self.outsiders])
 
     def start(self) -> Outcome:
         self.close()
@@ -142,36 +145,58 @@ class RankPool:
         fd, self._init_file = tempfile.mkstemp(prefix="fusecheck_dist_")
         os.close(fd)
         os.unlink(self._init_file)  # the file store creates it
-        for rank in range(self.world):
+        for g in range(self.outside + self.world):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=rank_main, daemon=True, name=f"fusecheck-rank{rank}",
-                               args=(rank, self.world, self.backend.name, self._init_file, self.pg_timeout_s, child))
+            proc = ctx.Process(target=rank_main, daemon=True, name=f"fusecheck-rank{g - self.outside}",
+                               args=(g, self.world, self.backend.name, self._init_file, self.pg_timeout_s, child,
+                                     self.outside))
             proc.start()
             child.close()
-            self.procs.append(proc)
-            self.conns.append(parent)
+            if g < self.outside:
+                self.outsiders.append((proc, parent))
+            else:
+                self.procs.append(proc)
+                self.conns.append(parent)
         outcome = self._collect(expect="ready")
+        if outcome.status == "ok":
+            outcome = self._outsiders_ready()
         if outcome.status != "ok":
             self.close(graceful=False)
         return outcome
 
+    def _outsiders_ready(self) -> Outcome:
+        """The processes outside the kernel's group joined it too (the group's ranks could not start without
+        them: new_group waits for every process), so their answer is already there or on its way."""
+        for g, (proc, conn) in enumerate(self.outsiders):
+            if not conn.poll(self.timeout_s + self.grace_s):
+                return Outcome("HANG", [], f"the process outside the kernel's group (global rank {g}) did not "
+                               "answer after the group's ranks started")
+            kind, payload = conn.recv()
+            if kind != "ready":
+                return Outcome("CRASH", [], f"the process outside the kernel's group (global rank {g}) failed to "
+                               f"start: {payload.get('type')}: {payload.get('message')}",
+                               errors={-1 - g: payload})
+        return Outcome("ok")
+
     def close(self, graceful: bool = True) -> None:
         """Stop every rank (politely when idle, else SIGKILL), join all, remove the store file."""
-        for conn in self.conns if graceful else ():
+        procs = self.procs + [p for p, _ in self.outsiders]
+        conns = self.conns + [c for _, c in self.outsiders]
+        for conn in conns if graceful else ():
             try:
                 conn.send(("stop", None))
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + (1.0 if graceful else 0.0)
-        for proc in self.procs:
+        for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self.procs:
+        for proc in procs:
             if proc.is_alive():
                 proc.kill()
             proc.join(5)
-        for conn in self.conns:
+        for conn in conns:
             conn.close()
-        self.procs, self.conns = [], []
+        self.procs, self.conns, self.outsiders = [], [], []
         if self._init_file and os.path.exists(self._init_file):
             os.unlink(self._init_file)
         self._init_file = None

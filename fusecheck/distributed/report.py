@@ -26,7 +26,8 @@ def _lines(text: str, indent: str = "") -> list[str]:
 def render(rep: DistReport) -> str:
     from fusecheck.report.table import WIDTH, render_table
     t = rep.task
-    head = (f"fusecheck dist {t.spec_ref}: {rep.status}  [{rep.spec.collective}, world {rep.world}, {rep.backend}, "
+    head = (f"fusecheck dist {t.spec_ref}: {rep.status}  [{rep.spec.collective}, world {rep.world}"
+            f"{f' (subgroup: global ranks {rep.outside}-{rep.outside + rep.world - 1})' if rep.outside else ''}, {rep.backend}, "
             f"{t.dtype}, tiling {dict(rep.spec.tiling)}, repeat {t.repeat}{', stress' if t.stress else ''}, "
             f"{rep.elapsed_s:.2f} s]")
     rows = []

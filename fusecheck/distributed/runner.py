@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import atexit
-import importlib
 import dataclasses
+import importlib
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -20,11 +21,13 @@ EXIT = {"PASS": 0, "FAIL": 1, "ERROR": 2, "HANG": 3, "CRASH": 3}
 _POOLS: dict[tuple, RankPool] = {}
 
 
-def get_pool(world: int, backend: str = "gloo", timeout_s: float = 30.0, start_method: str | None = None) -> RankPool:
-    """A pool reused by every check of this process with the same (world, backend, timeout, start method)."""
-    key = (world, backend, timeout_s, start_method)
+def get_pool(world: int, backend: str = "gloo", timeout_s: float = 30.0, start_method: str | None = None,
+             outside: int = 0) -> RankPool:
+    """A pool reused by every check of this process with the same (world, backend, timeout, start method,
+    processes outside the kernel's group)."""
+    key = (world, backend, timeout_s, start_method, outside)
     if key not in _POOLS:
-        _POOLS[key] = RankPool(world, backend, timeout_s, start_method=start_method)
+        _POOLS[key] = RankPool(world, backend, timeout_s, start_method=start_method, outside=outside)
     return _POOLS[key]
 
 
@@ -48,6 +51,14 @@ class DistReport:
     status: str
     elapsed_s: float
     results: list[dict] = field(default_factory=list)
+    outside: int = 0      # processes outside the kernel's group: its group rank r is global rank r + outside
+
+    @property
+    def group_text(self) -> str:
+        if not self.outside:
+            return "the default group (group rank = global rank)"
+        return (f"a subgroup: global ranks {self.outside}-{self.outside + self.world - 1} of "
+                f"{self.outside + self.world} processes (group rank r = global rank r + {self.outside})")
 
     @property
     def exit_code(self) -> int:
@@ -80,7 +91,7 @@ class DistReport:
             "tool": "fusecheck dist", "status": self.status, "exit_code": self.exit_code,
             "spec": t.spec_ref, "spec_kwargs": t.spec_kwargs, "collective": self.spec.collective,
             "invariant": COLLECTIVES[self.spec.collective].invariant, "tiling": dict(self.spec.tiling),
-            "world_size": self.world, "backend": self.backend, "dtype": t.dtype, "seed": t.seed,
+            "world_size": self.world, "group": self.group_text, "backend": self.backend, "dtype": t.dtype, "seed": t.seed,
             "shapes": t.shapes or list(self.spec.shapes), "repeat": t.repeat, "stress": t.stress,
             "max_delay_ms": t.max_delay_ms if t.stress else None, "policy": t.policy.to_dict(),
             "run": self.outcome.to_dict(),
@@ -115,7 +126,7 @@ def runs_of(results: list[dict], layer: str) -> list[dict]:
 
 
 def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float = 30.0,
-          pool: RankPool | None = None, start_method: str | None = None) -> DistReport:
+          pool: RankPool | None = None, start_method: str | None = None, outside: int = 0) -> DistReport:
     spec = load_spec(task.spec_ref, **task.spec_kwargs)   # in the parent too: bad specs fail before ranks start
     if spec.collective not in COLLECTIVES:
         raise SpecError(f"{task.spec_ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
@@ -128,13 +139,29 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
     for module in spec.preload_modules:
         importlib.import_module(module)
     t0 = time.monotonic()
-    pool = pool or get_pool(world, backend, timeout_s, start_method)
+    pool = pool or get_pool(world, backend, timeout_s, start_method, outside)
     outcome = pool.run(task)
-    return build_report(task, spec, world, backend, outcome, time.monotonic() - t0)
+    return build_report(task, spec, world, backend, outcome, time.monotonic() - t0, pool.outside)
+
+
+# what torch.distributed and gloo raise when a kernel on a subgroup names a peer by its group rank
+GROUP_RANK_ERRORS = re.compile(r"is not part of group|Invalid (destination|source) rank|Pair is not connected|"
+                               r"not in group|invalid rank", re.I)
+
+
+def _group_rank_hint(outcome: Outcome, outside: int) -> None:
+    """A CRASH on a subgroup with torch's 'rank not in group' errors: say what the kernel most likely did."""
+    if outside and outcome.status == "CRASH" and not outcome.reason and any(
+            GROUP_RANK_ERRORS.search(e.get("message", "") + e.get("traceback", "")) for e in outcome.errors.values()):
+        outcome.reason = (f"a rank outside the group was addressed: on a subgroup (group rank r = global rank "
+                          f"r + {outside}) the kernel passed a group rank where torch.distributed takes a global one "
+                          "(isend/irecv/P2POp peers, broadcast src: dist.get_global_rank(group, r), or group_dst=/"
+                          "group_src=), or used dist.get_rank() without its group")
 
 
 def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outcome: Outcome,
-                 elapsed_s: float) -> DistReport:
+                 elapsed_s: float, outside: int = 0) -> DistReport:
+    _group_rank_hint(outcome, outside)
     complete = outcome.status == "ok"
     results = sorted(outcome.results, key=lambda r: (LAYERS.index(r["layer"]), r["shape_index"], r["repeat"],
                                                      r.get("variant", ""), r["rank"]))
@@ -155,7 +182,8 @@ def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outc
         status = "ERROR"
     else:
         status = "PASS"
-    return DistReport(task, spec, world, backend, outcome, layers, cross, diagnosis, status, elapsed_s, results)
+    return DistReport(task, spec, world, backend, outcome, layers, cross, diagnosis, status, elapsed_s, results,
+                      outside)
 
 
 def replace_task(task: CheckTask, **changes) -> CheckTask:

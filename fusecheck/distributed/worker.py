@@ -33,7 +33,12 @@ def _fatal_errors_to_own_stderr() -> None:
             faulthandler.disable()
 
 
-def rank_main(rank: int, world: int, backend_name: str, init_file: str, timeout_s: float, conn) -> None:
+def rank_main(global_rank: int, world: int, backend_name: str, init_file: str, timeout_s: float, conn,
+              outside: int = 0) -> None:
+    """One process of the pool. With `outside` > 0 the kernel runs on a process group that is not the default
+    one: global ranks `outside`..`outside + world - 1`, so its group rank differs from its global rank (a kernel
+    that calls dist.get_rank() where it means dist.get_rank(group) fails); the processes below `outside` only
+    join the groups and wait."""
     _die_with_parent()
     _fatal_errors_to_own_stderr()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which tears ranks down
@@ -46,15 +51,18 @@ def rank_main(rank: int, world: int, backend_name: str, init_file: str, timeout_
     torch.set_num_threads(1)
     fill_uninitialized_with_nan(torch)
     backend = BACKENDS[backend_name]
+    rank = global_rank - outside
     try:
-        backend.prepare(rank)
-        dist.init_process_group(backend_name, init_method=f"file://{init_file}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        backend.prepare(global_rank)
+        dist.init_process_group(backend_name, init_method=f"file://{init_file}", rank=global_rank,
+                                world_size=world + outside, timeout=datetime.timedelta(seconds=timeout_s))
+        # new_group is collective over every process, members or not
+        group = dist.new_group(ranks=list(range(outside, outside + world))) if outside else dist.group.WORLD
         conn.send(("ready", os.getpid()))
     except BaseException as exc:
         conn.send(("error", _describe(exc)))
         return
-    device = backend.device(rank)
+    device = backend.device(global_rank)
     try:
         while True:
             try:
@@ -63,8 +71,10 @@ def rank_main(rank: int, world: int, backend_name: str, init_file: str, timeout_
                 break
             if msg[0] == "stop":
                 break
+            if rank < 0:      # outside the kernel's group: never sent a check
+                continue
             try:
-                run_check(msg[1], rank, world, dist.group.WORLD, device, lambda kind, payload: conn.send((kind, payload)))
+                run_check(msg[1], rank, world, group, device, lambda kind, payload: conn.send((kind, payload)))
                 conn.send(("done", None))
             except BaseException as exc:
                 conn.send(("error", _describe(exc)))

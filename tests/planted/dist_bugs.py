@@ -182,18 +182,23 @@ class RingAllGatherP2P(DistSpec):
     def comm_input(self, inputs):
         return inputs["a"]
 
+    def _peer(self, group, group_rank: int) -> int:
+        """isend/irecv/P2POp take a *global* rank whatever the group: a group rank is right only on the
+        default group."""
+        return dist.get_global_rank(group, group_rank)
+
     def _gather(self, x, group):
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         out = [torch.empty_like(x) for _ in range(world)]
         out[rank] = x.clone()
+        nxt, prev = self._peer(group, (rank + 1) % world), self._peer(group, (rank - 1) % world)
         for step in range(world - 1):
             send_i, recv_i = (rank - step) % world, (rank - step - 1) % world
             if self.batch:
-                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out[send_i], (rank + 1) % world, group),
-                                                dist.P2POp(dist.irecv, out[recv_i], (rank - 1) % world, group)])
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out[send_i], nxt, group),
+                                                dist.P2POp(dist.irecv, out[recv_i], prev, group)])
             else:
-                works = [dist.isend(out[send_i], (rank + 1) % world, group),
-                         dist.irecv(out[recv_i], (rank - 1) % world, group)]
+                works = [dist.isend(out[send_i], nxt, group), dist.irecv(out[recv_i], prev, group)]
             for w in works:
                 w.wait()
         return torch.cat(out, 0)
@@ -215,6 +220,26 @@ class RingAllGatherP2P(DistSpec):
         out = [torch.empty_like(a) for _ in range(dist.get_world_size(group))]
         dist.all_gather(out, a, group=group)
         return torch.cat(out, 0) * 2
+
+
+class GroupRankAsPeer(RingAllGatherP2P):
+    """The ring passes its neighbours' *group* ranks to isend/irecv, which take global ranks: right on the
+    default group, wrong on any other (a tensor-parallel group of a larger job)."""
+
+    def _peer(self, group, group_rank):
+        return group_rank
+
+
+class GlobalRankSlot(AllGatherGemm):
+    """Writes its own block's product straight into the output slot of `dist.get_rank()` (the global rank)
+    instead of `dist.get_rank(group)`: right on the default group, a misplaced block on any other."""
+
+    def fused(self, inputs, group):
+        out = super().fused(inputs, group)
+        world, m = dist.get_world_size(group), inputs["a"].shape[0]
+        me = dist.get_rank() % world
+        out[me * m:(me + 1) * m] = inputs["a"] @ inputs["b"]
+        return out
 
 
 class StagingOffByOne(AllGatherGemm):
@@ -401,8 +426,8 @@ class P2PAllGather(DistSpec):
             send[:e - s].copy_(x[s:e])
             for peer in range(world):
                 if peer != rank:
-                    sends.append(dist.isend(send[:e - s], peer, group))
-                    recvs.append(dist.irecv(out[peer * m + s:peer * m + e], peer, group))
+                    sends.append(dist.isend(send[:e - s], dist.get_global_rank(group, peer), group))
+                    recvs.append(dist.irecv(out[peer * m + s:peer * m + e], dist.get_global_rank(group, peer), group))
             time.sleep(self.work_ms / 1000)   # the compute that overlaps the sends (narrows the race window)
         for w in sends + recvs:
             w.wait()

@@ -38,8 +38,11 @@ def split_k_fp32(x: torch.Tensor, b: torch.Tensor, splits: int) -> torch.Tensor:
 
 
 def _ring_steps(group):
+    """(world, group rank, next peer, previous peer): the peers as *global* ranks, which isend/irecv take
+    whatever the group (a group rank is right only on the default group)."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    return world, rank, (rank + 1) % world, (rank - 1) % world
+    return (world, rank, dist.get_global_rank(group, (rank + 1) % world),
+            dist.get_global_rank(group, (rank - 1) % world))
 
 
 def ring_reduce_scatter(blocks: list[torch.Tensor], group) -> torch.Tensor:
