@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 
 from fusecheck.compare import compare
-from fusecheck.runs.cast import cast_tree
+from fusecheck.runs.cast import cast_model, cast_tree
 
 _COMPUTE = ("call_function", "call_method")
 
@@ -121,7 +121,7 @@ class Splitter:
                 fn = self.backend(copy.deepcopy(w.gm), [a.clone() if isinstance(a, torch.Tensor) else a
                                                         for a in w.inputs])
                 got = fn(*w.inputs)
-                gold = copy.deepcopy(w.gm).to(torch.float64)(*cast_tree(w.inputs, torch.float64))
+                gold = cast_model(copy.deepcopy(w.gm), torch.float64, None)(*cast_tree(w.inputs, torch.float64))
         except Exception as exc:  # a backend that cannot take this piece: not evidence either way
             return Judgement(False, error=f"{type(exc).__name__}: {str(exc)[:160]}")
         rows, failed = {}, False

@@ -29,10 +29,21 @@ def cast_tree(tree: Any, dtype: torch.dtype | None = None, device: torch.device 
     return pytree.tree_map(leaf, tree)
 
 
+def _cast_tensor(t: torch.Tensor, dtype: torch.dtype | None, device) -> torch.Tensor:
+    """A floating tensor to `dtype`; a complex one to the complex dtype of that precision (complex128 for the
+    fp64 golden), or kept where there is none (bf16); anything else only moved."""
+    if dtype is not None and t.is_floating_point():
+        return t.to(device=device, dtype=dtype)
+    if dtype is not None and t.is_complex():
+        return t.to(device=device, dtype=COMPLEX_OF.get(dtype, t.dtype))
+    return t.to(device=device) if device is not None else t
+
+
 def cast_model(model: Any, dtype: torch.dtype | None, device: str | torch.device | None) -> Any:
+    """`Module.to(dtype)` casts complex buffers to a real dtype, dropping their imaginary part (a RoPE
+    `freqs_cis` buffer): the golden then computed another function. Each tensor is cast by its kind instead."""
     if isinstance(model, torch.nn.Module):
-        model = model.to(device) if device is not None else model
-        return model.to(dtype) if dtype is not None else model
+        return model._apply(lambda t: _cast_tensor(t, dtype, device))
     return model
 
 
@@ -49,6 +60,6 @@ def golden_case(case: Case, golden_dtype: torch.dtype, device: torch.device | st
     `device` (default: where the case is)."""
     model = case.model
     if isinstance(model, torch.nn.Module):
-        model = copy.deepcopy(model).to(device=device, dtype=golden_dtype)
+        model = cast_model(copy.deepcopy(model), golden_dtype, device)
     return Case(model, cast_tree(case.inputs, golden_dtype, device), case.name,
                 cast_tree(case.kwargs, golden_dtype, device))

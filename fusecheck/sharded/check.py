@@ -39,7 +39,7 @@ from fusecheck.runs.digest import digest
 from fusecheck.distributed.worker import backend_raised
 from fusecheck.errors import TargetError
 from fusecheck.runs.execute import RunResult, run_once
-from fusecheck.runs.cast import cast_tree
+from fusecheck.runs.cast import cast_model, cast_tree
 from fusecheck.policy import Policy
 from fusecheck.check.precision_notes import pinned_fp32, pinned_note
 from fusecheck.sharded import shard
@@ -154,7 +154,7 @@ def _check_rank(case: Case, opts: CheckOptions, device: torch.device, progress) 
     with p.measured("shard"):
         meta = shard.on_meta(model)
         if dtype is not None:
-            model.to(dtype)
+            cast_model(model, dtype, None)
         if tp_plan:
             if not meta:
                 model.to(device)

@@ -292,3 +292,17 @@ def test_planted_residual_regression_is_exit_1_from_the_cli():
     for golden in ("auto", "streamed"):  # auto takes the whole copy here (it fits): both goldens catch it
         assert main(["check", MIXED + "residual_build", "--backend", "tests/planted/backends.py:drop_upcast", "-q",
                      "--golden", golden]) == 1
+
+
+def test_the_whole_golden_keeps_complex_buffers_complex():
+    """`Module.to(float64)` casts a complex64 buffer to float64, dropping its imaginary part: the golden then
+    computed another function and a 1% error on every output passed against it. Each tensor is cast by kind."""
+    from dataclasses import replace
+
+    from fusecheck.runs.cast import golden_case
+    case = prepare_case(build_case(replace(recipe(0), complex_buffer=True)), torch.bfloat16, "cpu")
+    assert case.model.freqs.dtype == torch.complex64          # bf16 has no complex dtype: kept
+    gold = golden_case(case, torch.float64)
+    assert gold.model.freqs.dtype == torch.complex128
+    assert torch.equal(gold.model.freqs, case.model.freqs.to(torch.complex128))
+    assert gold.model.embed.weight.dtype == torch.float64

@@ -22,6 +22,8 @@ a golden that upcasts one piece at a time unless it is as general as a whole-mod
   piece)
 - `hard_bf16`: a hard-coded `h.to(torch.bfloat16)` round trip at the root: low precision that the whole
   golden computes too (its semantics are the reference), not a leak
+- `complex_buffer`: a complex64 RoPE buffer at the root applied through `view_as_complex` (torchtitan's
+  `freqs_cis`): `Module.to(float64)` would drop its imaginary part, so the golden must cast it to complex128
 - `vocab`: 11 (the embedding is smaller than a block: upcast for the whole run) or 16 (streamed)
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ import torch.nn.functional as F
 from fusecheck.case import Case
 
 PATTERNS = ("dtype_outside", "self_dtype", "finfo", "shared", "twice", "glob", "buffers", "param_arg", "autocast",
-            "hooks", "fp32_residual", "type_as", "root_head", "hard_bf16", "cross_ref", "nested_unit")
+            "hooks", "fp32_residual", "type_as", "root_head", "hard_bf16", "cross_ref", "nested_unit",
+            "complex_buffer")
 HIDDEN, SEQ, N_BLOCKS = 8, 6, 3
 
 
@@ -58,6 +61,7 @@ class Recipe:
     hard_bf16: bool = False
     cross_ref: bool = False
     nested_unit: bool = False
+    complex_buffer: bool = False
     vocab: int = 11
 
     @property
@@ -128,6 +132,8 @@ class FamilyModel(torch.nn.Module):
                                            torch.nn.Linear(2 * HIDDEN, HIDDEN))
             for b in blocks:
                 b.mix.append(self.mix)
+        if r.complex_buffer:
+            self.register_buffer("freqs", torch.polar(torch.ones(SEQ, HIDDEN // 2), torch.randn(SEQ, HIDDEN // 2)))
         if r.hooks:
             blocks[1].register_forward_pre_hook(lambda m, args: (args[0].to(m.fc.weight.dtype) * 1.0, *args[1:]))
             blocks[1].register_forward_hook(lambda m, args, out: out * m.gain.mean())
@@ -143,6 +149,10 @@ class FamilyModel(torch.nn.Module):
         r, blocks = self.r, self.stack()
         w = blocks[0].fc.weight  # a block's weight, read outside that block
         h = self.embed(ids) + self.pos
+        if r.complex_buffer:  # rotate pairs of features by the buffer's phases, in its real precision
+            pairs = torch.view_as_complex(h.to(self.freqs.real.dtype).reshape(*h.shape[:-1], HIDDEN // 2, 2)
+                                          .contiguous())
+            h = torch.view_as_real(pairs * self.freqs).reshape(h.shape).to(h.dtype)
         if r.fp32_residual:
             h = h.float()
         for i, layer in enumerate(blocks):
