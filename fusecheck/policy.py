@@ -77,6 +77,9 @@ class Ratios:
     max_rel: float = 10.0
     small_value: float = 2.0
     small_value_max_abs: float = 10.0  # largest error on a small value, vs eager's (floor: atol)
+    # elements that lost most of their bits (fp32/fp64: RE >= 1e-3, small values included), vs eager's count;
+    # significance-tested as the small-value count (small_value_alpha)
+    digits_lost: float = 2.0
     # significance level of the test that compiled's small-value error count exceeds the bound beyond chance
     small_value_alpha: float = 0.01
     # significance level of the test that compiled's mean relative error exceeds its bound beyond the

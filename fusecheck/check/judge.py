@@ -44,8 +44,8 @@ def run_notes(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, mutated: tu
     if p.golden_dtype != torch.float64:
         notes.append(f"golden runs in {p.golden_dtype} on {p.device.type}: the device has no fp64")
     if eager.skipped:
-        notes.append(f"not compared: {', '.join(eager.skipped)} hold tensors but are neither tensors, pytree "
-                     "containers nor dataclasses; return their tensors to have them judged")
+        notes.append(f"not compared: {', '.join(eager.skipped)}: neither tensors, numbers, pytree containers nor "
+                     "dataclasses; return tensors or numbers to have them judged")
     graphs = compiled.capture.graphs  # none: the compiled stage has refused already (nothing compiled to judge)
     if len(graphs) > 1:
         notes.append(f"{len(graphs)} graphs captured (graph breaks"

@@ -81,6 +81,8 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "small_value_max_abs": ("max |N-B| over small |B| elements", lambda a: a["small_max_abs"]),
     "one_thousandth_ratio": ("share with RE < 0.001 (msprobe)", lambda a: _ratio(a["rel_lt_1e-3"], a["n_finite"])),
     "five_thousandth_ratio": ("share with RE < 0.005 (msprobe)", lambda a: _ratio(a["rel_lt_5e-3"], a["n_finite"])),
+    "digits_lost": ("count of finite elements with RE >= 0.001, small |B| included (in fp32: 14 of 24 bits lost)",
+                    lambda a: a["n_finite"] - a["rel_lt_1e-3"]),
     "mismatches": ("elements outside atol + rtol*|B|, NaN/Inf disagreements included", lambda a: a["mismatches"]),
     "nonfinite_mismatches": ("positions where NaN/+Inf/-Inf differ", lambda a: a["nonfinite_mismatch"]),
     "actual_nonfinite": ("NaN/Inf count in N", lambda a: a["a_nonfinite"]),

@@ -150,6 +150,22 @@ def _max_rel_by_octave(check: RatioCheck, result: Metrics, reference: Metrics, c
                           small_threshold=ctx.small_threshold)
 
 
+# dtypes whose significand makes a relative error of 1e-3 a loss of most of an element's bits (fp32: 2^14
+# ulps), which no rounding order reaches except through cancellation; eager's own count is that baseline
+DIGITS_LOST_DTYPES = (torch.float32, torch.float64)
+
+
+def _digits_lost(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: Judged):
+    """Elements (small ones too) where compiled lost most of its significant bits, counted against eager's:
+    a softmax whose tail is flushed to zero or sign-flipped is within any atol, and below the small-value
+    threshold the relative checks never look, yet every such element has lost all its digits where eager kept
+    them. Judged as a count (significantly more than `ratio` times eager's), only in fp32/fp64."""
+    if ctx.dtype not in DIGITS_LOST_DTYPES:
+        return 0.0, None
+    return RatioCheck(check.metric, check.ratio, check.floor, check.worse).evaluate("digits_lost", result,
+                                                                                    reference, ctx)
+
+
 RATIO_CHECKS: dict[str, RatioCheck] = {
     # torch.same's rule: rmse(res) <= m * rmse(ref) + tol / 10, with the policy's (scaled) atol as tol. The
     # added tenth of atol is the output's rounding granularity at the tensor's scale: an excess below it is
@@ -172,7 +188,14 @@ RATIO_CHECKS: dict[str, RatioCheck] = {
     # no evidence (a weight gradient with errors ~0.1 everywhere has its few small entries off by ~0.1 too)
     "small_value_max_abs": RatioCheck("small_value_max_abs", lambda r, n: r.small_value_max_abs,
                                       lambda t, m: max(t.atol, m.rmse)),
+    # the count of elements with RE >= 1e-3 (fp32/fp64), significance-tested as the small-value count; the
+    # one check that a PASS within tolerance must also pass (judge's step 4)
+    "digits_lost": RatioCheck("digits_lost", lambda r, n: r.digits_lost, lambda t, m: 1.0,
+                              _count_significantly_worse, assess=_digits_lost),
 }
+# checks whose failure the tolerance shortcut (step 4) does not override: an element that lost its digits is
+# within atol of eager exactly when it is small, which is where the other checks defer to atol
+TOLERANCE_VETO = ("digits_lost",)
 
 
 def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_golden: Metrics | None,
@@ -200,6 +223,11 @@ def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_gold
     if vs_reference.mismatches == 0:
         margins, failed = ({}, []) if vs_golden is None or reference_vs_golden is None else \
             _golden_checks(vs_golden, reference_vs_golden, ctx)
+        vetoed = [f for f in failed if f.startswith(TOLERANCE_VETO)]
+        if vetoed:
+            return Verdict(Status.FAIL, "worse_than_eager",
+                           f"within rtol={tolerance.rtol:g} atol={tolerance.atol:g} of eager, but worse than eager "
+                           "against the golden: " + "; ".join(failed), failed, margins)
         note = tolerance_pass_note(vs_golden, reference_vs_golden, failed, policy.ratios)
         return Verdict(Status.PASS, "within_tolerance",
                        f"within rtol={tolerance.rtol:g} atol={tolerance.atol:g} of eager" + note, margins=margins)

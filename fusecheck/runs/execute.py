@@ -136,11 +136,19 @@ def _holds_tensors(obj: Any) -> bool:
     return any(isinstance(v, torch.Tensor) for v in getattr(obj, "__dict__", {}).values())
 
 
+# Python numbers a model returns (`loss.item()`, a count) are results too: judged as 0-d tensors. A float
+# becomes fp32 in every run, the golden's too: `.item()` of a low-precision model is at most fp32-precise, and
+# a golden rounded to fp32 still tells a 1e-7 difference (PASS within tolerance) from a 1% one (FAIL)
+NUMBER_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float32, complex: torch.complex64}
+
+
 def flatten_outputs(out: Any, prefix: str = "output", depth: int = 0) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Output tensors by path, and the paths of other objects that hold tensors and are not compared.
+    """Output tensors by path, and the paths of other objects that are not compared (those holding tensors,
+    and leaves that are neither tensors nor numbers: a string, None).
 
     pytree containers (tuple, list, dict, namedtuple, ModelOutput) are walked; dataclasses are walked by
-    field, since pytree treats them as leaves and their tensors would otherwise vanish silently.
+    field, since pytree treats them as leaves and their tensors would otherwise vanish silently. Python
+    numbers become 0-d tensors (NUMBER_DTYPES): ints and bools are then exact, floats judged as fp32.
     """
     flat: dict[str, torch.Tensor] = {}
     skipped: list[str] = []
@@ -148,12 +156,14 @@ def flatten_outputs(out: Any, prefix: str = "output", depth: int = 0) -> tuple[d
         name = prefix + pytree.keystr(path)
         if isinstance(leaf, torch.Tensor):
             flat[name] = leaf
+        elif type(leaf) in NUMBER_DTYPES:
+            flat[name] = torch.tensor(leaf, dtype=NUMBER_DTYPES[type(leaf)])
         elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) and depth < 8:
             inner, more = flatten_outputs({f.name: getattr(leaf, f.name) for f in dataclasses.fields(leaf)},
                                           name, depth + 1)
             flat.update(inner)
             skipped.extend(more)
-        elif _holds_tensors(leaf):
+        elif leaf is not None:
             skipped.append(f"{name} ({type(leaf).__name__})")
     return flat, skipped
 
@@ -200,15 +210,20 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     restore_state(case, state)
     inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.inputs)
     kwargs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, case.kwargs)
-    leaves = inputs
+    leaves, kwarg_leaves = inputs, kwargs
     if train:
         for p in params.values():
             p.grad = None
-        # gradients land on leaves; the model gets non-leaf copies, so it may update its inputs in place
-        leaves = pytree.tree_map(lambda x: x.detach().clone().requires_grad_(True)
-                                 if isinstance(x, torch.Tensor) and x.is_floating_point() else x, inputs)
-        inputs = pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) and x.requires_grad else x,
-                                 leaves)
+        # gradients land on leaves (keyword inputs' too); the model gets non-leaf copies, so it may update its
+        # inputs in place
+        def leaf(x):
+            return x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() \
+                else x
+
+        def copy(x):
+            return x.clone() if isinstance(x, torch.Tensor) and x.requires_grad else x
+        leaves, kwarg_leaves = pytree.tree_map(leaf, inputs), pytree.tree_map(leaf, kwargs)
+        inputs, kwargs = pytree.tree_map(copy, leaves), pytree.tree_map(copy, kwarg_leaves)
     with torch.set_grad_enabled(train):
         out = fn(*inputs, **kwargs)
     outputs, skipped = flatten_outputs(out)
@@ -253,10 +268,11 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
             torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
         del pairs
         grads = {f"grad.{n}": taken.pop(n) for n in params if n in taken}
-        for path, x in pytree.tree_flatten_with_path(leaves)[0]:
-            if isinstance(x, torch.Tensor) and x.grad is not None:
-                key = f"grad.input{pytree.keystr(path)}"
-                grads[key] = kept(key, x.grad.detach())
+        for prefix, tree in (("input", leaves), ("kwargs", kwarg_leaves)):
+            for path, x in pytree.tree_flatten_with_path(tree)[0]:
+                if isinstance(x, torch.Tensor) and x.grad is not None:
+                    key = f"grad.{prefix}{pytree.keystr(path)}"
+                    grads[key] = kept(key, x.grad.detach())
     after, mutated = {}, []
     for prefix, pristine, now_tree in (("input", case.inputs, inputs), ("kwargs", case.kwargs, kwargs)):
         pristine_leaves, _ = pytree.tree_flatten_with_path(pristine)

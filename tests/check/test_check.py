@@ -205,6 +205,20 @@ def test_an_object_holding_tensors_is_named_as_not_compared():
     assert any("not compared: output[1] (Holder)" in n for n in r.notes)
 
 
+def test_python_numbers_in_the_output_and_keyword_input_gradients_are_judged():
+    """A `.item()` among the outputs was dropped silently (a 1% error passed), and a keyword input's gradient
+    was never computed: every produced result is a row now; a string is named as not compared."""
+    target = "tests/planted/cases.py:numbers_and_keywords"
+    r = check(target, backend="aot_eager", train=True)
+    names = {row.name for row in r.rows}
+    assert {"output['score']", "output['count']", "output['positive']", "grad.kwargs['scale']"} <= names, names
+    assert r.passed and any("not compared: output['label'] (str)" in n for n in r.notes)
+    bad = check(target, backend=PLANTED + "scale_float_outputs")
+    assert next(row for row in bad.rows if row.name == "output['score']").verdict.code == "worse_than_eager"
+    bad = check(target, backend=PLANTED + "scale_float_outputs", train=True)
+    assert not next(row for row in bad.rows if row.name == "grad.kwargs['scale']").passed
+
+
 def test_train_with_a_model_that_updates_its_input_in_place():
     r = check("tests/planted/cases.py:scales_input_in_place", backend="aot_eager", train=True)
     assert r.passed and {"grad.input[0]", "mutated.input[0]"} <= {row.name for row in r.rows}

@@ -94,6 +94,7 @@ def test_pytest_plugin_fixture(pytester):
     assert len(list((pytester.path / "reports").glob("*.json"))) == 2
     # the project's [tool.fusecheck] policy applies in the fixture as in the CLI
     pytester.makefile(".toml", pyproject='[tool.fusecheck.ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\n'
+                      'digits_lost = 1e9\n'
                       'reason = "test: the project accepts this backend"\n')
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_bad")
     result.assert_outcomes(passed=1)
@@ -143,7 +144,8 @@ def test_baseline_reports_fixed_rows_and_agrees_with_json_and_junit(tmp_path, ca
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == "0" and suite.get("skipped") == "1" and suite.find("testcase/skipped") is not None
     loose = tmp_path / "loose.toml"
-    loose.write_text('[ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\nreason = "test: accepted upstream"\n')
+    loose.write_text('[ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\ndigits_lost = 1e9\n'
+                     'reason = "test: accepted upstream"\n')
     assert _gate(tmp_path, PLANTED + "bf16_matmul", "--policy", str(loose), "--baseline", str(base)) == 0
     assert "baseline: fixed" in capsys.readouterr().out
 

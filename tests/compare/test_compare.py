@@ -119,6 +119,49 @@ def test_where_eager_overflows_and_the_golden_does_not_compiled_is_judged_on_the
     assert compare(compiled, eager, golden).verdict.code == "nan_inf_mismatch"
 
 
+def _softmax_case(seed: int, width: int = 64):
+    gen = torch.Generator().manual_seed(seed)
+    logits = 8 * torch.randn(16, width, dtype=torch.float64, generator=gen)
+    golden = logits.softmax(-1)
+    return logits, golden, logits.float().softmax(-1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_softmax_tail_flushed_to_zero_fails_though_within_tolerance(seed):
+    """Probabilities below 1e-6 zeroed (an exp underflowing in a fused softmax): every error is below atol, and
+    below the small-value threshold no relative check looks, yet each zeroed element lost all its digits where
+    eager kept them (RE ~1e-7). The tolerance shortcut no longer passes it."""
+    logits, golden, eager = _softmax_case(seed)
+    flushed = torch.where(eager < 1e-6, torch.zeros_like(eager), eager)
+    assert (flushed != eager).sum() >= 12 and (flushed - eager).abs().max() < 1e-5
+    c = compare(flushed, eager, golden)
+    assert c.verdict.code == "worse_than_eager", c.verdict.message
+    assert any(f.startswith("digits_lost") for f in c.verdict.failed_checks), c.verdict.message
+    assert c.verdict.message.startswith("within rtol=")
+    # a correct fused softmax (another order: max, exp, sum in fp32 by hand) passes
+    x = logits.float()
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    fused = e / e.sum(-1, keepdim=True)
+    assert compare(fused, eager, golden).passed
+    # in bf16 the check stays out: 1e-3 is a quarter of an ulp there, not a loss of digits
+    assert compare(flushed.bfloat16(), eager.bfloat16(), golden).verdict.margins["digits_lost"] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_elements_eager_loses_too_are_not_counted_against_compiled(seed):
+    """A sum with heavy cancellation (a bias gradient whose exact value is near zero): eager and a correct
+    reordering both lose the digits of the same kind of elements; compiled's count is judged against eager's."""
+    gen = torch.Generator().manual_seed(seed)
+    terms = torch.randn(512, 256, dtype=torch.float64, generator=gen) * 1e3
+    terms[:, -1] = -terms[:, :-1].sum(-1) + 1e-4 * torch.randn(512, dtype=torch.float64, generator=gen)
+    golden = terms.sum(-1)
+    eager = terms.float().sum(-1)
+    reordered = terms.float().flip(-1).sum(-1)
+    c = compare(reordered, eager, golden)
+    assert c.vs_golden.digits_lost > 100 and c.reference_vs_golden.digits_lost > 100
+    assert "digits_lost" not in " ".join(c.verdict.failed_checks), c.verdict.message
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
 def test_integers_and_bools_are_exact(dtype):
     ref = torch.arange(10).to(dtype)

@@ -278,3 +278,22 @@ def branches_with_cond():
 
 def casts_to_fp8():
     return Case(CastsToFp8(), (torch.randn(4, 8),), "casts_to_fp8")
+
+
+class NumbersAndKeywords(nn.Module):
+    """Returns Python numbers beside a tensor (`.item()`, a count, a flag, a label) and takes a keyword input:
+    the numbers are results to judge, the keyword input's gradient too."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, scale=None):
+        h = self.lin(x) * scale
+        return {"score": h.sum().item(), "count": int(x.shape[0]), "positive": bool(h.sum() > -1e9),
+                "label": "logits", "h": h}
+
+
+def numbers_and_keywords():
+    torch.manual_seed(0)
+    return Case(NumbersAndKeywords(), (torch.randn(4, 8),), "numbers_and_keywords", {"scale": torch.randn(4, 8)})
