@@ -7,12 +7,18 @@ import argparse
 from fusecheck.rates import runs_for_bound
 
 
+MAX_RUNS_FOR_BOUND = 10_000_000   # a bound that needs more clean runs than this is not one a check can reach
+
+
 def rate(text: str) -> float:
     try:
         value = float(text)
-        runs_for_bound(value)
-    except ValueError:
+        runs = runs_for_bound(value)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r}: a failure rate strictly between 0 and 1 (0.05 = 5%)") from None
+    if runs > MAX_RUNS_FOR_BOUND:
+        raise argparse.ArgumentTypeError(f"{text!r}: bounding a failure rate that low needs {runs:.3g} clean runs; "
+                                         f"the most a check may ask is {MAX_RUNS_FOR_BOUND:,}")
     return value
 
 

@@ -18,13 +18,34 @@ from fusecheck.errors import OutputPathError, ReportWriteError  # noqa: E402,F40
 
 
 # argparse dest -> the option's name, for every subcommand that writes a file
-OUTPUT_OPTIONS: dict[str, str] = {"json_path": "--json", "json": "--json", "junit": "--junit", "html": "--html"}
+OUTPUT_OPTIONS: dict[str, str] = {"json_path": "--json", "json": "--json", "junit": "--junit", "html": "--html",
+                                  "repro": "--repro"}
+# argparse dest -> what names it, for every input file a report must not overwrite (`file.py:name` refs too);
+# not --baseline: `--json B --baseline B` updates a baseline in place, read before it is written
+INPUT_OPTIONS: dict[str, str] = {"target": "the target", "targets": "a target", "backend": "--backend",
+                                 "policy": "--policy"}
+
+
+def _input_files(args: argparse.Namespace) -> dict[Path, str]:
+    """The files the command line reads: a `path.py:name` reference counts by its file."""
+    out: dict[Path, str] = {}
+    for dest, what in INPUT_OPTIONS.items():
+        values = getattr(args, dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str) or not value:
+                continue
+            for candidate in (value, value.rpartition(":")[0]):
+                if candidate and Path(candidate).is_file():
+                    out[Path(candidate).resolve()] = f"{what} {value}"
+    return out
 
 
 def prepare_output(path: str | os.PathLike, option: str) -> Path:
     """Create the folder of `path` and make sure a file can be written there. Returns the path."""
     p = Path(path)
-    if str(path) == "" or p.is_dir() or str(path).endswith(("/", os.sep)):
+    if str(path) == "":
+        raise OutputPathError(f"{option} '': an empty path; name a file")
+    if p.is_dir() or str(path).endswith(("/", os.sep)):
         raise OutputPathError(f"{option} {path}: is a directory; name a file in it")
     folder = p.parent
     try:
@@ -44,13 +65,17 @@ def prepare_output(path: str | os.PathLike, option: str) -> Path:
 def prepare_outputs(args: argparse.Namespace) -> None:
     """Validate every output path the parsed command line names; two outputs may not share a file."""
     seen: dict[Path, str] = {}
+    inputs = _input_files(args)
     for dest, option in OUTPUT_OPTIONS.items():
         path = getattr(args, dest, None)
-        if not path or not isinstance(path, (str, os.PathLike)):
+        if path is None or not isinstance(path, (str, os.PathLike)):
             continue
         resolved = prepare_output(path, option).resolve()
         if resolved in seen:
             raise OutputPathError(f"{option} and {seen[resolved]} both name {path}; give each its own file")
+        if resolved in inputs:
+            raise OutputPathError(f"{option} {path} is {inputs[resolved]}: the report would overwrite an input "
+                                  "of this run; give it its own file")
         seen[resolved] = option
 
 

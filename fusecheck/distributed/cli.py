@@ -52,6 +52,9 @@ def check_options(args) -> tuple:
         raise ValueError("--repeat must be >= 1 and --timeout a finite number > 0")
     if not 0 <= args.max_delay_ms < math.inf:
         raise ValueError(f"--max-delay-ms must be a finite number >= 0, not {args.max_delay_ms}")
+    if args.stress and args.max_delay_ms / 1000 >= args.timeout / 4:
+        raise ValueError(f"--max-delay-ms {args.max_delay_ms:g} with --timeout {args.timeout:g} s: a stress delay must "
+                         "stay below a quarter of the timeout, or a correct kernel's delayed rank is reported as HANG")
     return layers
 
 

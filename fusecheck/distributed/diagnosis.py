@@ -92,7 +92,7 @@ def _unexplained_whole_failures(f: Facts) -> list[tuple[int, int]]:
 # dtype or device differs from the reference's. Deterministic properties of what a layer returns, not of timing.
 CONTRACT_CODES = {"type_mismatch": "type", "shape_mismatch": "shape", "dtype_mismatch": "dtype",
                   "device_mismatch": "device"}
-GOLDEN_CONTRACT_CODES = {"golden_shape_mismatch"}
+GOLDEN_CONTRACT_CODES = {"golden_shape_mismatch", "golden_type"}
 
 
 def _contract_only(s: LayerSummary) -> bool:

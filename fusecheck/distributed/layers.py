@@ -270,6 +270,9 @@ def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
     gold = ctx.spec.compute_golden(delivered.double(), _to(inputs, torch.float64))
     probe = variant.startswith("nan_inf:") if variant else False
     name = f"compute[{variant or 'finite'}]"
+    bad = _golden_contract(ctx, "compute_golden", name, eager, gold)
+    if bad is not None:
+        return _result(ctx, "compute", bad, variant=variant or "finite")
     cmp = compare(got, eager, gold, policy=ctx.policy, name=name, nonfinite_probe=probe)
     if reference.needs_noise(cmp):   # eager's order may just be luckier than the kernel's: its own noise
         magnitude = bool(variant and variant.startswith("magnitude:"))
@@ -304,6 +307,9 @@ def whole_layer(ctx: RunContext) -> dict:
     got = ctx.kernel_call(ctx.spec.fused, _clone(inputs), ctx.group)
     eager = ctx.spec.golden(_clone(inputs), ctx.group)
     gold = ctx.spec.golden(_to(inputs, torch.float64), ctx.group)
+    bad = _golden_contract(ctx, "golden", "whole", eager, gold)
+    if bad is not None:   # every rank ran the same golden: all return here, no collective left unmatched
+        return _result(ctx, "whole", bad, digest=digest(got), replayed_same_bits=None)
     cmp = compare(got, eager, gold, policy=ctx.policy, name="whole")
     # the golden runs collectives: every rank learns whether any needs the composition's noise, and all re-run
     if _any_rank(ctx, reference.needs_noise(cmp)):
@@ -316,6 +322,16 @@ def whole_layer(ctx: RunContext) -> dict:
             cmp = reference.rejudge(got, eager, gold, reruns, ctx.policy, "whole", cmp)
     replayed = replay(ctx, inputs, got) if _any_rank(ctx, not cmp.passed) else None
     return _result(ctx, "whole", cmp, digest=digest(got), replayed_same_bits=replayed)
+
+
+def _golden_contract(ctx: RunContext, method: str, name: str, eager, gold):
+    """The spec's own reference must return a tensor in the op dtype and in fp64; otherwise the comparison
+    would blame the kernel (a type mismatch reads as fused() returning the wrong type)."""
+    for what, value in (("the op dtype", eager), ("fp64", gold)):
+        if not isinstance(value, torch.Tensor):
+            return input_error(name, "golden_type", f"{type(ctx.spec).__name__}.{method}() returned "
+                               f"{type(value).__name__} in {what}, not a tensor: the spec's reference is broken")
+    return None
 
 
 def _any_rank(ctx: RunContext, flag: bool) -> bool:

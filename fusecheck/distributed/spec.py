@@ -115,8 +115,9 @@ def load_spec(ref: str, **kwargs) -> DistSpec:
     cls = spec_class(ref)
     try:
         return cls(**kwargs)
-    except TypeError as exc:
-        raise SpecError(f"{ref}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): {exc}") from None
+    except Exception as exc:   # a bad argument (TypeError) or a constructor that raises: the spec's error
+        raise SpecError(f"{ref}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) raised "
+                        f"{type(exc).__name__}: {exc}") from None
 
 
 def expand_targets(targets: list[str]) -> list[tuple[str, bool]]:
@@ -211,6 +212,8 @@ def validate_spec(spec: DistSpec, ref: str, shapes: list[dict], world: int, seed
     from fusecheck.distributed.collectives import COLLECTIVES
     if spec.collective not in COLLECTIVES:
         raise SpecError(f"{ref}: collective {spec.collective!r} unknown; known: {', '.join(COLLECTIVES)}")
+    if not isinstance(getattr(spec, "tiling", {}), dict):
+        raise SpecError(f"{ref}: tiling must be a dict like {{'chunks': 3}}, not {spec.tiling!r}"[:300])
     if not shapes:
         raise SpecError(f"{ref} declares no shapes and none were given (--shape)")
     for shape in shapes:

@@ -46,6 +46,30 @@ def test_an_unusable_output_path_is_exit_2_before_any_work(command, tmp_path, mo
     assert "is a directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["check", "{copy}:build", "--json", "{copy}"], "is the target"),                    # would overwrite the model
+    (["check", MLP, "--policy", "{policy}", "--html", "{policy}"], "is --policy"),
+    (["check", MLP, "--backend", PLANTED + "bf16_matmul", "--junit", "tests/planted/backends.py"], "is --backend"),
+    (["check", MLP, "--json", ""], "an empty path"),                                     # wrote nothing, silently
+    (["bisect", MLP, "--repro", "{tmp}"], "is a directory"),                              # found after the bisect
+])
+def test_an_output_that_would_overwrite_an_input_or_go_nowhere_is_exit_2_before_any_work(
+        argv, message, tmp_path, monkeypatch, capsys):
+    _no_work(monkeypatch)
+    import fusecheck.bisect
+    monkeypatch.setattr(fusecheck.bisect, "run_bisect", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")),
+                        raising=False)
+    copy, policy = tmp_path / "model.py", tmp_path / "policy.toml"
+    copy.write_text((ROOT / "models/mlp.py").read_text())
+    policy.write_text("[ratios]\n")
+    before = {p: p.read_bytes() for p in (copy, policy, ROOT / "tests/planted/backends.py")}
+    argv = [a.format(copy=copy, policy=policy, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert all(p.read_bytes() == b for p, b in before.items())
+
+
 def test_two_outputs_may_not_share_a_file(tmp_path, monkeypatch, capsys):
     _no_work(monkeypatch)
     same = str(tmp_path / "r.out")

@@ -64,6 +64,13 @@ def test_a_data_dependent_bug_of_the_fused_path_only_is_not_called_a_race():
     assert rep.diagnosis.cause.startswith("the fused path on some inputs, deterministically"), render(rep)
 
 
+def test_a_golden_that_returns_no_tensor_is_the_spec_s_error_not_the_kernel_s():
+    rep = run("GoldenReturnsList", 2, layers=("whole",))
+    assert rep.status == "ERROR" and rep.exit_code == 2, render(rep)
+    assert rep.diagnosis.cause.startswith("no verdict: bad input or spec contract broken")
+    assert "GoldenReturnsList.golden() returned list in the op dtype" in rep.layers["whole"].first_failure
+
+
 def test_dropped_nan_is_compute_nan_propagation():
     rep = run("DropsNaN", 2)
     assert verdicts(rep) == {"comm": "PASS", "compute": "FAIL", "whole": "PASS"}, render(rep)

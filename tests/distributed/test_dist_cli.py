@@ -44,6 +44,7 @@ def test_fail_is_exit_1_with_diagnosis(tmp_path, capsys):
     (["kernels/ag_gemm.txt"], "must look like"),
     ([AG, "--shape", "m7"], "key=value"),
     ([AG, "--layers", "comm,magic"], "unknown layer"),
+    ([AG, "--stress", "--max-delay-ms", "1e12"], "a stress delay must stay below a quarter of the timeout"),
     (["kernels/symm_mem_ops.py:SymmMemAllGatherMatmul"], "needs CUDA GPUs"),
 ])
 def test_bad_input_is_exit_2(argv, message, capsys):
@@ -131,6 +132,15 @@ class UnknownCollective(Good):
 
 class ShapesAsLists(Good):
     shapes = [[3, 8, 4]]
+
+
+class CtorRaises(Good):
+    def __init__(self):
+        raise RuntimeError("ctor boom")
+
+
+class TilingNotDict(Good):
+    tiling = "three"
 '''
 
 
@@ -154,6 +164,8 @@ def no_ranks(monkeypatch):
     ("RaisesInMakeInputs", [], "RaisesInMakeInputs.make_inputs({'m': 4}, rank=0, world=2, seed=0) raised KeyError"),
     ("UnknownCollective", [], "collective 'all_gather_v' unknown"),
     ("ShapesAsLists", [], "ShapesAsLists.shapes must be a list of dicts"),
+    ("CtorRaises", [], "CtorRaises() raised RuntimeError: ctor boom"),
+    ("TilingNotDict", [], "tiling must be a dict like {'chunks': 3}, not 'three'"),
     ("ShapesAsLists", ["--shape", "m=4"], "ShapesAsLists.shapes must be a list of dicts"),
     ("Good", ["--spec-arg", "rank=nan"], "--spec-arg rank=nan: not a valid int"),
     ("Good", ["--spec-arg", "flag=maybe"], "not a valid bool"),
@@ -226,7 +238,9 @@ def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_ru
     folder.mkdir()
     (folder / "broken.py").write_text(SPEC_TEMPLATE.replace("class Good(", "class _Good(").replace("(Good)", "(_Good)")
                                       .replace("class UnknownCollective", "class _UnknownCollective")
-                                      .replace("class ShapesAsLists", "class _ShapesAsLists"))
+                                      .replace("class ShapesAsLists", "class _ShapesAsLists")
+                                      .replace("class CtorRaises", "class _CtorRaises")
+                                      .replace("class TilingNotDict", "class _TilingNotDict"))
     out = tmp_path / "many.json"
     code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
     data = json.loads(out.read_text())

@@ -75,6 +75,13 @@ class DataDependentFusedOnly(AllGatherGemm):
         return self._run(inputs["a"], group, tile)
 
 
+class GoldenReturnsList(AllGatherGemm):
+    """A spec mistake: golden() returns [tensor]. The kernel is right; the spec's reference is what is broken."""
+
+    def golden(self, inputs, group):
+        return [super().golden(inputs, group)]
+
+
 class DropsNaN(AllGatherGemm):
     """Treats NaN inputs as zero (a masked load with `other=0` that also masks NaN)."""
 
