@@ -42,6 +42,7 @@ class CheckReport:
     blocks: list[BlockVerdict] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     model_bytes: int = 0           # parameters and buffers in the run dtype: the yardstick for `memory`
+    model_signature: str = ""      # check/signature.py: which model a baseline made from this report is for
 
     @property
     def first_worse_block(self) -> str | None:
@@ -70,5 +71,5 @@ class CheckReport:
             "census": self.census.to_dict() if self.census is not None and hasattr(self.census, "to_dict") else None,
             "seconds": self.seconds, "golden_mode": self.golden_mode, "regional": self.regional,
             "blocks": [b.to_dict() for b in self.blocks], "first_worse_block": self.first_worse_block,
-            "memory": self.memory, "model_bytes": self.model_bytes,
+            "memory": self.memory, "model_bytes": self.model_bytes, "model_signature": self.model_signature,
         }

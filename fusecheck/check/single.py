@@ -32,6 +32,7 @@ from fusecheck.toggles import not_applying, toggled
 from fusecheck.toggles.census import collecting_census
 from fusecheck.policy import Policy
 from fusecheck.check.precision_notes import pinned_fp32, pinned_note
+from fusecheck.check.signature import model_signature
 from fusecheck.check.settle import NOISE_BAND_RUNS, settle
 from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
 from fusecheck.golden.streamed.plan import BlockPlan, make_plan
@@ -162,7 +163,7 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
                        eager_repeatable=not judge.eager_noisy, compiled_repeatable=not compiled.noisy,
                        movement_only=compiled.capture.movement_only, seconds=p.timings, golden_mode=golden_mode,
                        regional=regional, blocks=block_rows, memory=p.mem.to_dict(),
-                       model_bytes=model_bytes(prepared.model))
+                       model_bytes=model_bytes(prepared.model), model_signature=model_signature(prepared))
 
 
 def _regional_model(plan: BlockPlan, prepared: Case):

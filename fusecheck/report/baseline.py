@@ -22,6 +22,7 @@ class BaselineDiff:
     known_failures: list[str] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
     unmatched: bool = False  # no row of this run is in the baseline at all
+    other_model: bool = False  # the baseline was recorded for another model under the same case name
     known_names: set[str] = field(default_factory=set)  # row names of the known failures (for JUnit)
 
     @property
@@ -32,19 +33,34 @@ class BaselineDiff:
         out = [f"baseline: new failure {n}" for n in self.new_failures]
         out += [f"baseline: known failure {n} (accepted by the baseline)" for n in self.known_failures]
         out += [f"baseline: fixed {n} (update the baseline)" for n in self.fixed]
-        if self.unmatched:
+        if self.other_model:
+            out.append("baseline: recorded for another model under this case name (its parameters, buffers or "
+                       "input shapes differ); every failure counts as new")
+        elif self.unmatched:
             out.append("baseline: no row of this run (case/backend/device/dtype/mode/toggles) is in the baseline; "
                        "every failure counts as new")
         return out
 
     def to_dict(self) -> dict:
         return {"new_failures": self.new_failures, "known_failures": self.known_failures, "fixed": self.fixed,
-                "unmatched": self.unmatched}
+                "unmatched": self.unmatched, "other_model": self.other_model}
 
 
 def _backend(name: str) -> str:
+    """A FILE.py:NAME backend by its path relative to the working directory when it lies below it (a CI
+    checkout elsewhere still matches), else absolute."""
     file, sep, attr = name.rpartition(":")
-    return f"{Path(file).resolve()}:{attr}" if sep and file.endswith(".py") else name
+    if not (sep and file.endswith(".py")):
+        return name
+    path = Path(file).resolve()
+    try:
+        path = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    return f"{path}:{attr}"
+
+
+SIGNATURE_PREFIX = "#signature/"
 
 
 def _key(report: dict, name: str) -> str:
@@ -59,8 +75,12 @@ def load_baseline(path: str | Path) -> dict[str, str]:
     try:
         data = json.loads(Path(path).read_text())
         reports = data if isinstance(data, list) else [data]
-        return {_key(r, row["name"]): f"{row['verdict']['status']} {row['verdict']['code']}"
+        rows = {_key(r, row["name"]): f"{row['verdict']['status']} {row['verdict']['code']}"
                 for r in reports for row in r["rows"]}
+        # the model each report was made for, under its run's key (old reports have none: not checked)
+        rows.update({SIGNATURE_PREFIX + _key(r, ""): r["model_signature"] for r in reports
+                     if r.get("model_signature")})
+        return rows
     except OSError as exc:
         raise BaselineError(f"--baseline {path}: cannot read it ({exc.strerror or exc})") from exc
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -72,6 +92,12 @@ def diff_against(report, baseline: dict[str, str]) -> BaselineDiff:
     diff = BaselineDiff()
     header = {"case": report.case, "backend": report.backend, "device": report.device, "dtype": report.dtype,
               "train": report.train, "toggles": list(report.toggles)}
+    recorded = baseline.get(SIGNATURE_PREFIX + _key(header, ""))
+    if recorded and getattr(report, "model_signature", "") and recorded != report.model_signature:
+        diff.other_model = diff.unmatched = True
+        diff.new_failures = [f"{_key(header, r.name)} ({r.verdict.status.value} {r.verdict.code})"
+                             for r in report.rows if not r.passed]
+        return diff
     matched = False
     for row in report.rows:
         key = _key(header, row.name)

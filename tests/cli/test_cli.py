@@ -187,6 +187,36 @@ def test_a_malformed_policy_is_bad_usage(tmp_path, capsys):
     assert "malformed policy" in capsys.readouterr().err
 
 
+TWO_MODELS = """
+import torch
+from fusecheck.case import Case
+
+
+def small():
+    torch.manual_seed(0)
+    return Case(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), (torch.randn(4, 8),), "net")
+
+
+def large():
+    torch.manual_seed(0)
+    return Case(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8)),
+                (torch.randn(4, 8),), "net")
+"""
+
+
+def test_a_baseline_of_another_model_under_the_same_case_name_accepts_nothing(tmp_path, capsys):
+    models = tmp_path / "two.py"
+    models.write_text(TWO_MODELS)
+    base = tmp_path / "base.json"
+    bad = ["--backend", PLANTED + "bf16_matmul"]
+    assert main(["check", f"{models}:small", *bad, "--json", str(base)]) == 1
+    capsys.readouterr()
+    assert main(["check", f"{models}:small", *bad, "--baseline", str(base)]) == 0     # the same model: known
+    assert main(["check", f"{models}:large", *bad, "--baseline", str(base)]) == 1     # another one: new
+    out = capsys.readouterr().out
+    assert "baseline: recorded for another model under this case name" in out and "new failure net/" in out
+
+
 def test_an_error_report_never_overwrites_the_baseline(tmp_path):
     base = tmp_path / "base.json"
     assert _gate(tmp_path, PLANTED + "bf16_matmul", "--json", str(base)) == 1
