@@ -134,19 +134,20 @@ def run(args: argparse.Namespace) -> int:
     if (code := sharded_run(args)) is not None:
         return code
     phase("loading torch and the target")
-    from fusecheck.case import load_target, refuse_meta
-    from fusecheck.cli.report_paths import write_reports
-    from fusecheck.policy import Policy
-    from fusecheck.cli.progress import quiet_compiler_logs
-    from fusecheck.report.baseline import diff_against, load_baseline
-    from fusecheck.report.json_report import write_json
-    from fusecheck.report.junit import write_junit
-    from fusecheck.report.table import format_report
-    from fusecheck.check import run_check
-    from fusecheck.op.repeated import run_repeats
-
+    # the error reports are armed before the imports: a --time-limit reached while they load still writes them
     error_reports = error_reports_for(args, started)
     with reported_on_failure(error_reports), on_timeout(lambda message: error_reports(message, 3)):
+        from fusecheck.case import load_target, refuse_meta
+        from fusecheck.cli.report_paths import write_reports
+        from fusecheck.policy import Policy
+        from fusecheck.cli.progress import quiet_compiler_logs
+        from fusecheck.report.baseline import diff_against, load_baseline
+        from fusecheck.report.json_report import write_json
+        from fusecheck.report.junit import write_junit
+        from fusecheck.report.table import format_report
+        from fusecheck.check import run_check
+        from fusecheck.op.repeated import run_repeats
+
         policy = Policy.load(args.policy)
         baseline = load_baseline(args.baseline) if args.baseline else None  # read before --json overwrites it
         toggles = [t.strip() for t in args.toggles.split(",") if t.strip()]

@@ -168,6 +168,18 @@ def test_no_verdict_still_writes_json_and_junit(tmp_path):
     assert ET.parse(junit).getroot().find("testsuite/testcase/error") is not None
 
 
+def test_a_time_limit_reached_while_loading_still_writes_the_error_reports(tmp_path):
+    """The limit can run out before the target is even imported (a slow machine, a tiny --time-limit): the
+    error reports were armed only after the imports, so CI found no file."""
+    out, junit = tmp_path / "t.json", tmp_path / "t.xml"
+    proc = subprocess.run([sys.executable, "-m", "fusecheck.cli.main", "check", "models/mlp.py:build", "--backend",
+                           "aot_eager", "--time-limit", "0.001", "--json", str(out), "--junit", str(junit)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert json.loads(out.read_text())["status"] == "ERROR" and "timed out" in json.loads(out.read_text())["error"]
+    assert ET.parse(junit).getroot().find("testsuite/testcase/error") is not None
+
+
 def test_junit_survives_control_characters(tmp_path):
     from fusecheck.case import Case
     from fusecheck.report.junit import write_junit
