@@ -13,6 +13,7 @@ trace log (empty DEBUG records) is kept out of the test's captured log.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 from pathlib import Path
@@ -85,7 +86,10 @@ class FusecheckFixture:
         if out_dir:
             from fusecheck.report.json_report import write_json
             Path(out_dir).mkdir(parents=True, exist_ok=True)
-            stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self._request.node.nodeid}-{len(self.reports)}")
+            node = self._request.node.nodeid
+            # sanitised ids of two parametrisations can coincide ([a/b] and [a_b]): the id's hash keeps them apart
+            stem = (re.sub(r"[^A-Za-z0-9_.-]", "_", f"{node}-{len(self.reports)}")
+                    + "-" + hashlib.sha1(node.encode()).hexdigest()[:8])
             write_json(report.to_dict(), Path(out_dir) / f"{stem}.json")
         return report
 

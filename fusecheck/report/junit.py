@@ -12,7 +12,9 @@ on any JUnit failure agrees with the exit code.
 """
 from __future__ import annotations
 
+import collections
 import datetime
+import hashlib
 import re
 import socket
 import xml.etree.ElementTree as ET
@@ -30,6 +32,14 @@ def _x(text: str) -> str:
 def junit_name(text: str) -> str:
     """A name CI tools display and group reliably: no spaces, parentheses or control characters."""
     return _NOT_NAME.sub("_", str(text)).strip("_") or "_"
+
+
+def unique_names(texts: list[str]) -> dict[str, str]:
+    """junit_name of each text, with a short hash of the text where two different texts would read the same
+    (`attn out` and `attn_out`, or two names in another script): CI tools merge testcases by name."""
+    clean = {t: junit_name(t) for t in texts}
+    count = collections.Counter(clean.values())
+    return {t: c if count[c] == 1 else f"{c}~{hashlib.sha1(t.encode()).hexdigest()[:6]}" for t, c in clean.items()}
 
 
 def _dtype(text: str) -> str:
@@ -64,9 +74,10 @@ def write_junit(report, path: str | Path, known: set[str] | frozenset[str] = fro
     name = suite or report.case
     root, ts = _root(name, total, counts)
     share = total / max(1, len(rows))
+    names = unique_names([r.name for r in rows])
     for r in rows:
         case = ET.SubElement(ts, "testcase", classname=junit_name(f"fusecheck.{name}.{_dtype(report.dtype)}"),
-                             name=junit_name(r.name), time=f"{share:.3f}")
+                             name=names[r.name], time=f"{share:.3f}")
         if r.verdict.status is Status.ERROR:
             ET.SubElement(case, "error", message=r.verdict.code).text = _x(r.verdict.message)
         elif r.verdict.status is Status.FAIL and r.name in known:

@@ -82,6 +82,12 @@ def test_pytest_plugin_fixture(pytester):
 
         def test_bad(fusecheck):
             fusecheck.assert_not_worse(build(), backend="tests/planted/backends.py:bf16_matmul")
+
+        import pytest
+
+        @pytest.mark.parametrize("k", ["a/b", "a_b"])   # ids that read the same once sanitised
+        def test_ids(fusecheck, k):
+            fusecheck.check(build(), backend="aot_eager")
     """)
     import shutil
     shutil.copytree(__import__('pathlib').Path(__file__).parents[1], pytester.path / "tests", dirs_exist_ok=True,
@@ -89,9 +95,9 @@ def test_pytest_plugin_fixture(pytester):
     # in a subprocess: an in-process run drops the modules it imported (torch._inductor ones included) from
     # sys.modules, and re-importing them later in this session registers torch libraries twice
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fusecheck-json", str(pytester.path / "reports"))
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*compiled is worse than eager*"])
-    assert len(list((pytester.path / "reports").glob("*.json"))) == 2
+    assert len(list((pytester.path / "reports").glob("*.json"))) == 4   # one per check: none overwritten
     # the project's [tool.fusecheck] policy applies in the fixture as in the CLI
     pytester.makefile(".toml", pyproject='[tool.fusecheck.ratios]\nrmse = 1e9\nsmall_tensor_rmse = 1e9\nmean_rel = 1e9\nmax_rel = 1e9\n'
                       'digits_lost = 1e9\n'

@@ -271,6 +271,15 @@ def test_junit_names_are_stable_across_pass_fail_and_error(tmp_path):
     assert set(names.values()) == {"fusecheck.mlp.build"}, names
 
 
+def test_junit_names_that_would_read_the_same_are_kept_apart():
+    from fusecheck.report.junit import unique_names
+    texts = ["output['attn out']", "output['attn_out']", "output['输出']", "output['隐藏']", "output['h']"]
+    names = unique_names(texts)
+    assert len(set(names.values())) == len(texts)
+    assert names["output['h']"] == "output[_h_]"          # a name that collides with none keeps its plain form
+    assert all(not re.search(r"[\s()]", n) for n in names.values())
+
+
 # -- 7. the pytest fixture --------------------------------------------------------------------------------------
 def test_pytest_fixture_takes_a_callable_and_stays_quiet(pytester):
     pytester.makepyfile(f"""
