@@ -30,6 +30,11 @@ class TargetError(UserError):
     """The target cannot be loaded or checked as given (unknown file, fails in eager, no tensors...)."""
 
 
+class NoTensorsReturned(TargetError):
+    """A run returned no tensor or number. From eager: the target's mistake; from a compiled run (eager ran
+    first and returned some): the backend's."""
+
+
 class PolicyError(UserError):
     """A policy file is malformed or loosens a default without a reason."""
 

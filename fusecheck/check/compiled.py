@@ -17,7 +17,7 @@ from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.golden.choices.follow import Recorder
 from fusecheck.runs.digest import digest
-from fusecheck.errors import CompileError
+from fusecheck.errors import CompileError, NoTensorsReturned
 from fusecheck.runs.execute import RunResult
 from fusecheck.runs.park import park
 from fusecheck.cli.watchdog import phase
@@ -73,9 +73,13 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 if after is not None:
                     after()
         except Exception as exc:
+            if isinstance(exc, NoTensorsReturned):
+                # eager returned tensors (it ran first): what the compiled function returns is the backend's
+                raise CompileError(f"backend {p.backend.name!r} on {p.name!r}: the compiled model returned no "
+                                   f"tensors where eager did: {exc}") from exc
             if p.passes_through(exc):
                 raise
-            raise CompileError(f"backend {p.backend.name!r} failed on {p.name!r}: {type(exc).__name__}: {exc}") from exc
+            raise CompileError(f"backend {p.backend.name!r} failed on {p.name!r}: {_one_line(exc)}") from exc
     if not capture.graphs:
         raise CompileError(_nothing_compiled(p, breaks_before))
     torch._dynamo.reset()
@@ -94,6 +98,15 @@ def _graph_breaks() -> dict[str, int]:
         for reason, n in counters.get(kind, {}).items():
             out[str(reason).strip().splitlines()[0]] = n
     return out
+
+
+def _one_line(exc: BaseException) -> str:
+    """The backend's own error in one line: dynamo wraps it (BackendCompilerFailed, with our GraphCapture's repr
+    and a TORCHDYNAMO_VERBOSE hint over several lines); the user wrote the inner one."""
+    inner = getattr(exc, "inner_exception", None) or exc
+    lines = [line.strip() for line in str(inner).splitlines()
+             if line.strip() and not line.lstrip().startswith(("Set TORCHDYNAMO_VERBOSE", "For even more developer"))]
+    return f"{type(inner).__name__}: {'; '.join(lines)[:400]}"
 
 
 def _nothing_compiled(p: Pipeline, before: dict[str, int]) -> str:

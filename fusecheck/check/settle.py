@@ -172,7 +172,8 @@ def _band(row: Comparison, doubt: Doubt, remaining, spread: Spread, judge: RowJu
         return "failed"
     calls = " and ".join(call for call, _ in bands)
     row.verdict = Verdict(Status.PASS, "not_worse_than_eager",
-                          f"the per-element checks flagged {flagged}, but compiled ({calls} call) is within "
-                          f"each element's noise band, measured from {spread.runs} randomised-rounding eager "
-                          f"runs: {bands[0][1].message}", margins=margins)
+                          f"the golden checks flagged {flagged} against eager's one run; against eager's family "
+                          f"only the per-element checks still failed, and compiled ({calls} call) is within each "
+                          f"element's noise band, measured from {spread.runs} randomised-rounding eager runs: "
+                          f"{bands[0][1].message}", margins=margins)
     return "band"

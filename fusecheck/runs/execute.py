@@ -14,6 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.case import Case, TargetError
+from fusecheck.errors import NoTensorsReturned
 from fusecheck.runs.digest import Digest, digest
 from fusecheck.runs.cast import cast_tree
 
@@ -228,7 +229,8 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
         out = fn(*inputs, **kwargs)
     outputs, skipped = flatten_outputs(out)
     if not outputs:
-        raise TargetError(f"case {case.name!r}: the model returned no tensors ({type(out).__name__}); nothing to check")
+        raise NoTensorsReturned(f"case {case.name!r}: the model returned no tensors ({type(out).__name__}); "
+                                "nothing to check")
     del out
     if train and cotangents is not None:
         lost = [k for k in cotangents if k in outputs and not outputs[k].requires_grad]

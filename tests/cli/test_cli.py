@@ -4,6 +4,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from fusecheck.cli.main import main
 
 PLANTED = "tests/planted/backends.py:"
@@ -172,6 +174,19 @@ def test_no_verdict_still_writes_json_and_junit(tmp_path):
     data = json.loads(out.read_text())
     assert data["status"] == "ERROR" and data["exit_code"] == 3 and "codegen exploded" in data["error"]
     assert ET.parse(junit).getroot().find("testsuite/testcase/error") is not None
+
+
+@pytest.mark.parametrize("body, says", [("return 5", "AssertionError: compiler_fn did not return callable"),
+                                        ("raise ValueError('cannot compile this')", "ValueError: cannot compile this"),
+                                        ("return lambda *a: 'text'", "the compiled model returned no tensors where "
+                                                                     "eager did")])
+def test_a_broken_backend_is_one_line_naming_its_own_error(tmp_path, capsys, body, says):
+    """dynamo wraps the backend's error over several lines (with our capture's repr): the user gets theirs."""
+    broken = tmp_path / "b.py"
+    broken.write_text(f"def backend(gm, inputs):\n    {body}\n")
+    assert _gate(tmp_path, f"{broken}:backend") == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "GraphCapture" not in err, err
 
 
 def test_a_time_limit_reached_while_loading_still_writes_the_error_reports(tmp_path):
