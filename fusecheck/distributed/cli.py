@@ -48,6 +48,8 @@ def check_options(args) -> tuple:
     unknown = set(layers) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYERS)}")
+    if not layers:
+        raise ValueError(f"--layers {args.layers!r} names no layer; known: {', '.join(LAYERS)}")
     if args.repeat < 1 or not 0 < args.timeout < math.inf:
         raise ValueError("--repeat must be >= 1 and --timeout a finite number > 0")
     if not 0 <= args.max_delay_ms < math.inf:
@@ -109,9 +111,15 @@ def plan(args, world: int, backend) -> list[Planned]:
     from fusecheck.distributed.spec import expand_targets, load_spec, spec_class, typed_spec_args, validate_spec
     layers = check_options(args)
     targets = expand_targets(args.targets)
-    typed, accepted = {}, set()
-    for ref, _ in targets:
-        kwargs, _ = typed_spec_args(spec_class(ref), args.spec_arg)
+    typed, accepted, broken = {}, set(), {}
+    for ref, explicit in targets:
+        try:
+            kwargs, _ = typed_spec_args(spec_class(ref), args.spec_arg)
+        except ValueError as exc:
+            if explicit:
+                raise
+            broken[ref] = str(exc)   # a folder's file that does not import: its own ERROR row
+            continue
         typed[ref] = kwargs
         accepted |= set(kwargs)
     unused = {item.partition("=")[0].strip() for item in args.spec_arg} - accepted
@@ -119,6 +127,9 @@ def plan(args, world: int, backend) -> list[Planned]:
         raise ValueError(f"--spec-arg {', '.join(sorted(unused))}: no spec's constructor takes it")
     out = []
     for ref, explicit in targets:
+        if ref in broken:
+            out.append(Planned(ref, error=broken[ref]))
+            continue
         try:
             task = build_task(args, ref, typed[ref], layers)
             spec = load_spec(ref, **task.spec_kwargs)

@@ -130,7 +130,7 @@ def expand_targets(targets: list[str]) -> list[tuple[str, bool]]:
             out.append((target, True))
         elif path.is_dir():
             files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
-            found = [(ref, False) for f in files for ref in specs_in_file(f)]
+            found = [(ref, False) for f in files for ref in _specs_or_broken(f)]
             if not found:
                 raise SpecError(f"{target}: no DistSpec subclasses in its *.py files")
             out += found
@@ -145,6 +145,15 @@ def expand_targets(targets: list[str]) -> list[tuple[str, bool]]:
             raise SpecError(f"spec reference {target!r} must look like path/to/kernel.py:ClassName, a .py file "
                             "or a folder")
     return out
+
+
+def _specs_or_broken(path: Path) -> list[str]:
+    """A folder's file: its specs, or, when it cannot be imported, one ref (`file.py:`) that fails to load
+    again when planned, so that it becomes an ERROR row beside the others rather than ending the command."""
+    try:
+        return specs_in_file(path)
+    except SpecError:
+        return [f"{path}:"]
 
 
 def specs_in_file(path: Path) -> list[str]:

@@ -44,6 +44,7 @@ def test_fail_is_exit_1_with_diagnosis(tmp_path, capsys):
     (["kernels/ag_gemm.txt"], "must look like"),
     ([AG, "--shape", "m7"], "key=value"),
     ([AG, "--layers", "comm,magic"], "unknown layer"),
+    ([AG, "--layers", ","], "names no layer"),
     ([AG, "--stress", "--max-delay-ms", "1e12"], "a stress delay must stay below a quarter of the timeout"),
     (["kernels/symm_mem_ops.py:SymmMemAllGatherMatmul"], "needs CUDA GPUs"),
 ])
@@ -241,12 +242,14 @@ def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_ru
                                       .replace("class ShapesAsLists", "class _ShapesAsLists")
                                       .replace("class CtorRaises", "class _CtorRaises")
                                       .replace("class TilingNotDict", "class _TilingNotDict"))
+    (folder / "crash.py").write_text("raise RuntimeError('import boom')\n")   # a file that cannot be imported
     out = tmp_path / "many.json"
     code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
     data = json.loads(out.read_text())
-    assert code == 2 and [r["status"] for r in data["summary"]] == ["ERROR", "PASS"], data["summary"]
+    assert code == 2 and [r["status"] for r in data["summary"]] == ["ERROR", "ERROR", "PASS"], data["summary"]
     assert "raised KeyError" in data["summary"][0]["cause"]
-    assert "fusecheck dist summary: ERROR (exit 2), 2 spec(s)" in capsys.readouterr().out
+    assert "crash.py raised RuntimeError: import boom" in data["summary"][1]["cause"]
+    assert "fusecheck dist summary: ERROR (exit 2), 3 spec(s)" in capsys.readouterr().out
 
 
 def test_a_spec_imports_the_module_beside_it_without_pythonpath(tmp_path):
