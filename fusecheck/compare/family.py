@@ -76,7 +76,12 @@ def _eager_like(golden: torch.Tensor, diff: torch.Tensor, dtype: torch.dtype) ->
 def family_of(base: Metrics, golden: torch.Tensor, diffs: list[torch.Tensor], policy: Policy,
               dtype: torch.dtype, name: str = "") -> Family:
     """`base`: eager's error metrics against this golden (as the row was judged); `diffs`: each perturbed
-    run's signed difference from eager (`Spread.diffs[name]`); `dtype`: eager's."""
+    run's signed difference from eager (`Spread.diffs[name]`); `dtype`: eager's. Complex rows are judged on
+    their (real, imag) pairs, as compare() does."""
+    if golden.is_complex():
+        golden = torch.view_as_real(golden.resolve_conj())
+        diffs = [torch.view_as_real(d.resolve_conj()) if d.is_complex() else d for d in diffs]
+        dtype = golden.dtype if not dtype.is_complex else dtype.to_real()
     drawn = []
     for d in diffs:
         if d.shape != golden.shape:

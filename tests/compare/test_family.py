@@ -157,3 +157,18 @@ def test_the_family_leaves_per_element_checks_to_the_noise_band():
     assert not band.passed, band.message
     correct = judge_band(torch.where(wrong, eager, compiled), eager, g, spread, runs=8)
     assert correct.passed, correct.message  # the noisy elements alone are within their bands
+
+
+def test_a_complex_row_s_family_counts_its_runs_and_keeps_the_imaginary_part():
+    """The family dropped every run of a complex row (shape mismatch against the real view: '0 randomised-
+    rounding eager runs' while 8 ran) and cast the golden to real with a warning."""
+    import warnings
+    gen = torch.Generator().manual_seed(0)
+    golden = torch.randn(64, dtype=torch.complex128, generator=gen)
+    eager = golden.to(torch.complex64)
+    diffs = [(torch.randn(64, dtype=torch.complex64, generator=gen) * 1e-7) for _ in range(4)]
+    base = compare(eager, eager, golden).vs_golden
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fam = family_of(base, golden, diffs, Policy(), eager.dtype)
+    assert fam.runs == 4 and fam.golden_rms > 0
