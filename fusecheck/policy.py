@@ -60,6 +60,13 @@ DEFAULT_SMALL_VALUE: dict[str, float] = {
 }
 
 
+def _number(value, key: str, source: str) -> float:
+    """A policy number: an int or a float, never a bool (TOML's `true` would read as 1.0) or a string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(f"{source}: {key} = {value!r} is not a number")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class Ratios:
     """How much worse than eager (both measured against the golden) compiled may be.
@@ -183,7 +190,8 @@ class Policy:
                                   f"[tolerance.{given}]; known: {', '.join(sorted(TOLERANCE_KEYS))}")
             base = tolerances.get(dtype, Tolerance(0.0, 0.0))
             reason = str(entry.get("reason", ""))
-            new = Tolerance(float(entry.get("rtol", base.rtol)), float(entry.get("atol", base.atol)))
+            new = Tolerance(_number(entry.get("rtol", base.rtol), f"tolerance.{given}.rtol", source),
+                            _number(entry.get("atol", base.atol), f"tolerance.{given}.atol", source))
             for attr in ("rtol", "atol"):
                 old, val = getattr(base, attr), getattr(new, attr)
                 if val != old:
@@ -196,7 +204,7 @@ class Policy:
             if key not in ratios:
                 raise PolicyError(f"{source}: unknown key {key!r} in [ratios]; known: reason, "
                                   f"{', '.join(sorted(ratios))}")
-            old, val = ratios[key], float(val)
+            old, val = ratios[key], _number(val, f"ratios.{key}", source)
             if val != old:
                 loosens = val < old if key in LOOSER_WHEN_SMALLER else val > old
                 relaxations.append(_relaxation(f"ratios.{key}", old, val, reason, loosens, source))
@@ -206,7 +214,7 @@ class Policy:
         reason = str(sv_entry.pop("reason", ""))
         for dtype, val in sv_entry.items():
             dtype = canonical_dtype_name(dtype, source)
-            old, val = small_value.get(dtype, 0.0), float(val)
+            old, val = small_value.get(dtype, 0.0), _number(val, f"small_value.{dtype}", source)
             if val != old:
                 # A larger small-value threshold judges more elements by absolute error only: looser.
                 relaxations.append(_relaxation(f"small_value.{dtype}", old, val, reason, val > old, source))
@@ -223,6 +231,8 @@ class Policy:
         """Load a policy file (TOML or JSON) or, with no path, `[tool.fusecheck]` from the nearest pyproject.toml."""
         if path is not None:
             path = Path(path)
+            if path.is_dir():
+                raise PolicyError(f"--policy {path}: is a directory; name a policy file (TOML or JSON)")
             if not path.is_file():
                 raise PolicyError(f"policy file not found: {path}")
             try:

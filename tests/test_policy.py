@@ -60,3 +60,18 @@ def test_bad_policy_files(tmp_path):
 def test_non_finite_or_negative_numbers_are_refused(data):
     with pytest.raises(PolicyError, match="finite number >= 0"):
         Policy.from_mapping(data, "x")
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"ratios": {"rmse": True, "reason": "r"}}, "ratios.rmse = True is not a number"),   # TOML true read as 1.0
+    ({"tolerance": {"bf16": {"rtol": "1e-2", "reason": "r"}}}, "is not a number"),
+    ({"small_value": {"fp32": [1e-6]}}, "is not a number"),
+])
+def test_a_policy_value_that_is_not_a_number_is_refused(data, says):
+    with pytest.raises(PolicyError, match=says):
+        Policy.from_mapping(data, "p.toml")
+
+
+def test_a_policy_path_that_is_a_directory_says_so(tmp_path):
+    with pytest.raises(PolicyError, match="is a directory"):
+        Policy.load(tmp_path)
