@@ -144,7 +144,8 @@ def expand_targets(targets: list[str]) -> list[tuple[str, bool]]:
         else:
             raise SpecError(f"spec reference {target!r} must look like path/to/kernel.py:ClassName, a .py file "
                             "or a folder")
-    return out
+    seen: set[str] = set()   # a spec named twice (or by its file and by a folder) is checked once
+    return [(ref, explicit) for ref, explicit in out if not (ref in seen or seen.add(ref))]
 
 
 def _specs_or_broken(path: Path) -> list[str]:

@@ -224,3 +224,9 @@ def test_planted_specials_in_a_three_column_gemm_operand_keep_finite_outputs():
     for seed in range(20):
         out = a @ plant_specials(b, torch.Generator().manual_seed(seed))
         assert bool(torch.isfinite(out).any()) and not bool(torch.isfinite(out).all())
+
+
+def test_a_spec_named_twice_is_checked_once():
+    from fusecheck.distributed.spec import expand_targets
+    ref = "kernels/ag_gemm.py:AllGatherGemm"
+    assert expand_targets([ref, "kernels/ag_gemm.py", ref]) == [(ref, True)]
