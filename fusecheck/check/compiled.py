@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
 import torch
+from torch.utils import _pytree as pytree
 
 from fusecheck.capture import GraphCapture
+from fusecheck.case import Case
 from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.golden.choices.follow import Recorder
@@ -37,6 +39,8 @@ class CompiledRuns:
     eager_choices: Recorder = field(default_factory=Recorder)
     # first-run results waiting on the host, with the device each came from (runs/park.py)
     parked: dict[str, torch.device] = field(default_factory=dict)
+    # which call a re-run in `again` was, where it was not the second (rows.py names it)
+    again_call: dict[str, str] = field(default_factory=dict)
 
 
 def whole_model(model) -> Compiling:
@@ -70,6 +74,10 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 again = {k: v for k, v in compiled2.differing.items() if k in noisy}
                 again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
                 del compiled2
+                stale, again_call = _after_other_inputs(p, fn, cotangents, first)
+                again_call = {k: c for k, c in again_call.items() if k not in noisy}
+                again.update({k: v for k, v in stale.items() if k not in again})
+                noisy |= set(again_call)
                 if after is not None:
                     after()
         except Exception as exc:
@@ -83,11 +91,49 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
     if not capture.graphs:
         raise CompileError(_nothing_compiled(p, breaks_before))
     torch._dynamo.reset()
-    runs = CompiledRuns(compiled, noisy, again, capture, choices, census, parked=on_host)
+    runs = CompiledRuns(compiled, noisy, again, capture, choices, census, parked=on_host, again_call=again_call)
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     _record_eager_choices(p, runs, cotangents)
     return runs
+
+
+AFTER_OTHER_INPUTS = "third (after a call on other inputs)"
+
+
+def other_inputs(case: Case) -> Case | None:
+    """The case's tensors rolled by one along their last dimension of size > 1: the same values (token ids stay
+    valid ids, masks stay masks), in another arrangement. None when no tensor can change so."""
+    changed = False
+
+    def roll(x):
+        nonlocal changed
+        if isinstance(x, torch.Tensor):
+            dims = [d for d in range(x.dim() - 1, -1, -1) if x.shape[d] > 1]
+            if dims:
+                changed = True
+                return torch.roll(x, 1, dims[0])
+        return x
+    out = Case(case.model, pytree.tree_map(roll, case.inputs), case.name, pytree.tree_map(roll, case.kwargs))
+    return out if changed else None
+
+
+def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict) -> tuple[dict, dict[str, str]]:
+    """A compiled call on other inputs, then the first inputs again: a compiled artifact that hands back an
+    earlier call's results (a stale cache, a static buffer not refreshed) differs from the first run now,
+    where two calls on the same inputs agree. Returns the results that differ (to be judged) and their call
+    names. A target that cannot run on rolled inputs skips the probe (its compiled runs are judged anyway)."""
+    other = other_inputs(p.case)
+    if other is None:
+        return {}, {}
+    try:
+        p.run(fn, case=other, cotangents=cotangents, digests_only=True)
+    except Exception:
+        return {}, {}
+    third = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
+    differ = {k for k, d in first.items() if third.digests.get(k) != d}
+    return ({k: v for k, v in third.differing.items() if k in differ},
+            {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing})
 
 
 def _graph_breaks() -> dict[str, int]:

@@ -21,7 +21,8 @@ def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_dou
     mutated = mutated_keys(eager, compiled)
     return RowJudge(eager.first.all(mutated), compiled.first.all(mutated), p.policy,
                     exact=compiled.capture.movement_only, eager_noisy=eager.noisy, compiled_noisy=compiled.noisy,
-                    eager_again=eager.again, compiled_again=compiled.again, keep_doubts=keep_doubts,
+                    eager_again=eager.again, compiled_again=compiled.again, again_call=compiled.again_call,
+                    keep_doubts=keep_doubts,
                     parked=compiled.parked)
 
 

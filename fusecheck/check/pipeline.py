@@ -18,7 +18,8 @@ from fusecheck.runs.execute import RunResult
 from fusecheck.runs.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.policy import Policy
 
-# run(fn, *, cotangents=None, digests_only=False, differs_from=None) -> RunResult: the target run once
+# run(fn, *, case=None, cotangents=None, digests_only=False, differs_from=None) -> RunResult: the target run
+# once (on `case`'s inputs instead of the prepared ones when given)
 Run = Callable[..., RunResult]
 
 

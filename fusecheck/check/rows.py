@@ -73,6 +73,7 @@ class RowJudge:
     compiled_noisy: set[str] = field(default_factory=set)
     eager_again: dict[str, torch.Tensor] = field(default_factory=dict)
     compiled_again: dict[str, torch.Tensor] = field(default_factory=dict)
+    again_call: dict[str, str] = field(default_factory=dict)   # which call a re-run was, if not the second
     rows: dict[str, Comparison] = field(default_factory=dict)
     # eager's error against a golden of its own (one that followed eager's near-tied decisions where
     # compiled chose differently: fusecheck/golden/choices/), measured in an earlier golden pass
@@ -147,11 +148,14 @@ class RowJudge:
                           judged: list) -> Comparison:
         """Every compiled run is judged: a second run whose bits differ is compared with the golden like the
         first, and a run that fails fails the row whichever call it was (the row then shows that run)."""
+        label = self.again_call.get(name, "second")
         msg = f"compiled output changed between two runs with the same inputs ({self._changed(c1, name)})"
+        if label != "second":
+            msg += f"; the {label} call differs from the first"
         again = self._second_run_judged(name, c1, e1, g, ref_g, exact)
         if again is not None:
-            judged.append(("second", self.compiled_again[name], again.verdict))
-        failing = [(call, r) for call, r in (("first", row), ("second", again)) if r is not None and not r.passed]
+            judged.append((label, self.compiled_again[name], again.verdict))
+        failing = [(call, r) for call, r in (("first", row), (label, again)) if r is not None and not r.passed]
         if failing:
             call, shown = failing[-1] if row.passed else failing[0]
             v = shown.verdict
@@ -170,7 +174,7 @@ class RowJudge:
             # e.g. atomic adds in an embedding backward: the bits move, the accuracy does not
             eager_is = "nondeterministic too" if eager_noisy else "repeatable"
             row.notes.append(msg + f"; eager is {eager_is}, but both compiled runs are judged against the golden "
-                             f"and neither is worse than eager (second run: {again.verdict.code})")
+                             f"and neither is worse than eager ({label} run: {again.verdict.code})")
         elif eager_noisy:
             row.notes.append(msg + "; eager is nondeterministic too")
         else:  # no golden to judge the second run against (an integer result): it differs from eager's bits

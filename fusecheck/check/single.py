@@ -98,8 +98,8 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     plan = plan_for(prepared, opts)
     state = []
 
-    def run(fn, **kw):
-        return run_once(fn, prepared, train=opts.train, seed=opts.seed, state=state[0], **kw)
+    def run(fn, case=None, **kw):
+        return run_once(fn, case or prepared, train=opts.train, seed=opts.seed, state=state[0], **kw)
     p = Pipeline(prepared, opts, policy, be, torch.device(opts.device), dev.golden_dtype,
                  torch.device(opts.golden_device or opts.device), run)
     recorder = BlockRecorder(plan.blocks) if plan is not None and opts.block_verdicts else None

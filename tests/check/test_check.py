@@ -219,6 +219,15 @@ def test_python_numbers_in_the_output_and_keyword_input_gradients_are_judged():
     assert not next(row for row in bad.rows if row.name == "grad.kwargs['scale']").passed
 
 
+def test_a_compiled_call_that_hands_back_the_previous_call_s_results_fails():
+    """Two calls on the same inputs cannot tell a stale result from a right one: a call on other inputs (the
+    same tensors rolled) comes between, then the first inputs again, and that run is judged."""
+    r = check("models/mlp.py:build", backend=PLANTED + "previous_call_outputs")
+    assert r.status == "FAIL" and not r.compiled_repeatable, [row.verdict.message for row in r.rows]
+    assert "third (after a call on other inputs)" in r.rows[0].verdict.message
+    assert check("models/mlp.py:build", backend="aot_eager").passed
+
+
 def test_train_with_a_model_that_updates_its_input_in_place():
     r = check("tests/planted/cases.py:scales_input_in_place", backend="aot_eager", train=True)
     assert r.passed and {"grad.input[0]", "mutated.input[0]"} <= {row.name for row in r.rows}

@@ -130,6 +130,22 @@ def shift_outputs(gm, example_inputs):
     return lambda *args: [o + 0.3 if o.is_floating_point() else o for o in gm(*args)]
 
 
+def previous_call_outputs(gm, example_inputs):
+    """Hands back the previous call's outputs from the second call on (a result cache keyed on nothing, a static
+    output buffer read before the new call wrote it): right whenever two calls in a row get the same inputs."""
+    prev = [None]
+
+    def run(*args):
+        out = gm(*args)
+        seq = list(out) if isinstance(out, (tuple, list)) else [out]
+        kept = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in seq]
+        before, prev[0] = prev[0], kept
+        if before is None:
+            return out
+        return type(out)(before) if isinstance(out, (tuple, list)) else before[0]
+    return run
+
+
 def scale_float_outputs(gm, example_inputs):
     """Every floating output of every graph 1% too large (with the gradients that flow back through them)."""
     def run(*args):
