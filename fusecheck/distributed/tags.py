@@ -9,10 +9,12 @@ several sub-runs of the same kernel (same tags every repeat, so a varying result
   B = 53248 such values below the poison range, so two sub-runs tag 2.8e9 elements).
 - SUM (all-reduce, reduce-scatter; data is added): integers, exact in the dtype whatever the order of the
   additions. Rank sub-runs: rank r sends 2**r (ranks in groups of as many bits as the dtype holds), so the
-  sum's bits say which ranks contributed; position sub-runs: every rank sends H + digit j of offset, H the
-  largest power of two with W * 2H <= the largest exact integer, so a correct sum is W * (H + digit). The
-  H makes every value use the dtype's whole significand: a transfer that rounds through a narrower dtype
-  (fp32 data sent as bf16) changes the odd digits and fails layer 1, where small integers would pass.
+  sum's bits say which ranks contributed; position sub-runs: every rank sends +-(H + digit j of offset) x S,
+  H the largest power of two with W * 2H <= the largest exact integer, S = 2^-(bits(H) + 7) (so |values| lie
+  in [2^-8, 2^-7)), the sign alternating with the offset's parity; a correct sum is W times that. The H
+  makes every value use the dtype's whole significand: a transfer that rounds through a narrower dtype (fp32
+  data sent as bf16), or snaps values to a coarser grid, changes the odd digits; the signs catch a path that
+  clamps or drops negative values. Small non-negative integers would pass all three.
 NaN and 0 decode as "unwritten"; +-Inf, poison and any other value that is not a tag as "garbage".
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fusecheck.distributed.ranges import EXACT_INT_LIMIT, poison_range
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
             torch.float64: torch.int64}
 MAX_DECODED = 200_000   # elements decoded per rank; the rest only counted
+TAG_OCTAVE = 7          # SUM offset tags lie in [2^-(TAG_OCTAVE+1), 2^-TAG_OCTAVE)
 MAX_LINES = 8
 
 
@@ -160,10 +163,14 @@ class SumPlan(TagPlan):
             raise ValueError(f"{world} ranks cannot be tagged exactly in {dtype} (integers up to {limit})")
         self.high = 2 ** (per_rank.bit_length() - 2)           # H <= per_rank / 2: values H + digit fill the significand
         self.base = min(self.high, per_rank - self.high)
+        # |(H + digit) x S| in [2^-8, 2^-7): dyadic and exact; small, so an absolute grid (values snapped to
+        # 1/64) moves them too, and normal in fp16 (down to 2^-14)
+        self.scale = 2.0 ** -(self.high.bit_length() + TAG_OCTAVE)
         self.digits = _digits_needed(self.base, max(1, numel))
         super().__init__("sum", dtype, world, numel, self.groups + self.digits,
-                         f"integers exact in {str(dtype).removeprefix('torch.')}: ranks as bits "
-                         f"({self.groups} sub-run(s)), offsets as {self.high} + a digit in base {self.base} "
+                         f"exact sums in {str(dtype).removeprefix('torch.')}: ranks as bits "
+                         f"({self.groups} sub-run(s)), offsets as +-({self.high} + a digit in base {self.base}) "
+                         f"x 2^-{self.high.bit_length() + TAG_OCTAVE}, the sign alternating by offset "
                          f"({self.digits} sub-run(s))")
 
     def encode(self, rank, shape):
@@ -171,7 +178,9 @@ class SumPlan(TagPlan):
         out = [torch.full((n,), float(2 ** (rank - g * self.rank_bits)) if rank // self.rank_bits == g else 0.0,
                           dtype=torch.float64) for g in range(self.groups)]
         offset = torch.arange(n, dtype=torch.int64)
-        out += [((offset // self.base ** j) % self.base + self.high).double() for j in range(self.digits)]
+        sign = 1.0 - 2.0 * (offset % 2).double()
+        out += [sign * ((offset // self.base ** j) % self.base + self.high).double() * self.scale
+                for j in range(self.digits)]
         return [t.reshape(shape).to(self.dtype) for t in out]
 
     def decode(self, values):
@@ -181,7 +190,8 @@ class SumPlan(TagPlan):
             if any(v != v for v in vals) or not any(vals):
                 out.append(UNWRITTEN)
                 continue
-            if not all(math.isfinite(v) and v == int(v) and v >= 0 for v in vals):
+            if not (all(math.isfinite(v) for v in vals)
+                    and all(v == int(v) and v >= 0 for v in vals[:self.groups])):
                 out.append(GARBAGE)
                 continue
             ranks = self._ranks(vals[:self.groups])
@@ -200,14 +210,18 @@ class SumPlan(TagPlan):
     def _position(self, ranks: tuple, sums) -> Origin:
         if not ranks:
             return GARBAGE
-        offset = 0
+        offset, signs = 0, set()
         for j, s in enumerate(sums):
-            q, rem = divmod(int(s), len(ranks))
+            unscaled = s / self.scale
+            if unscaled != int(unscaled):
+                return GARBAGE   # off the tags' grid: rounded or snapped in transit
+            q, rem = divmod(abs(int(unscaled)), len(ranks))
             if rem or not 0 <= q - self.high < self.base:
                 return GARBAGE   # contributions from different offsets, counted twice, or rounded in transit
             offset += (q - self.high) * self.base ** j
-        if offset >= self.numel:
-            return GARBAGE
+            signs.add(unscaled > 0)
+        if offset >= self.numel or signs != {offset % 2 == 0}:
+            return GARBAGE       # a sign lost or flipped (negative values clamped or dropped)
         return Origin("tag" if len(ranks) == self.world else "partial", ranks, offset)
 
 

@@ -17,7 +17,8 @@ from fusecheck.distributed.task import CheckTask
 CORRECT = "tests/planted/dist_correct.py"
 VARIANTS = [f"{CORRECT}:{c}" for c in ("AGChunks", "AGSplitK", "AGRing", "RSChunks", "RSSplitK", "RSRing",
                                        "RSViaAllReduce", "RSTreeFp32", "AGTransposedGemm", "ARChunks",
-                                       "ARVarianceSplit", "ARSqrtDivide", "ARRing", "ARLayerNormScaled", "A2AChunks", "A2AList")]
+                                       "ARVarianceSplit", "ARSqrtDivide", "ARRing", "ARLayerNormScaled", "ARReturnsWorkspace",
+                                       "A2AChunks", "A2AList")]
 REFERENCES = ["kernels/ag_gemm.py:AllGatherGemm", "kernels/gemm_rs.py:GemmReduceScatter",
               "kernels/ar_rmsnorm.py:AllReduceRMSNorm", "kernels/a2a_reorder.py:ReverseAllToAllReorder"]
 

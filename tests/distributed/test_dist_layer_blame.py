@@ -51,10 +51,12 @@ def test_a_comm_bug_only_on_the_bf16_path_is_communication_at_the_default_shapes
     assert code == 0, data["diagnosis"]          # the fp32 path reduces in place: correct
 
 
-def test_a_transfer_through_bf16_is_communication_not_interaction(tmp_path):
-    """fp32 data all-reduced as bf16: the old small-integer tags survived bf16 and layer 1 passed, so layer 3's
-    failure was blamed on the interaction of two correct parts."""
-    code, data = run_cli(tmp_path, [f"{PLANTED}:AllReducesThroughBf16", "--dtype", "fp32", "--repeat", "2"])
+@pytest.mark.parametrize("cls", ["AllReducesThroughBf16", "AllReducesClampedAtZero"])
+def test_a_lossy_communication_path_is_communication_not_interaction(tmp_path, cls):
+    """fp32 data all-reduced as bf16, or clamped at zero before the all-reduce: the old non-negative small-integer
+    tags survived both, layer 1 passed, and layer 3's failure was blamed on the interaction of two correct
+    parts (or on the fused path alone)."""
+    code, data = run_cli(tmp_path, [f"{PLANTED}:{cls}", "--dtype", "fp32", "--repeat", "2"])
     assert code == 1 and data["layers"]["comm"]["status"] == "FAIL", data["layers"]["comm"]
     assert data["diagnosis"]["cause"].startswith("communication"), data["diagnosis"]
 

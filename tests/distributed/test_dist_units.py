@@ -73,6 +73,25 @@ def test_a_transfer_through_a_narrower_dtype_changes_the_tags(dtype, scheme, col
             raise AssertionError(f"{dtype} tags of {collective} survive a transfer in {narrow}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("lossy", ["clamp_negative", "grid_1_64"])
+def test_a_reduction_path_that_clamps_negatives_or_snaps_to_a_grid_changes_the_tags(dtype, collective, lossy):
+    """Tags that are non-negative integers pass a path that clamps negatives or snaps values to a 1/64 grid:
+    layer 1 passed and the diagnosis blamed the fused path. Signed, dyadic tags in [1/2, 1) do not."""
+    world, numel = 3, 3 * 20
+    plan = SUM.plan(dtype, world, numel)
+    transform = {"clamp_negative": lambda t: t.clamp(min=0),
+                 "grid_1_64": lambda t: torch.round(t * 64) / 64}[lossy]
+    tags = [plan.encode(r, (numel,)) for r in range(world)]
+    deliver = COLLECTIVES[collective].deliver
+    changed = [not torch.equal(deliver([transform(t[j]) for t in tags], 0), deliver([t[j] for t in tags], 0))
+               for j in range(plan.subruns)]
+    assert any(changed), f"{dtype} {collective}: {lossy} left every sub-run unchanged"
+    exact = [deliver([t[j] for t in tags], 0) for j in range(plan.subruns)]
+    assert all(o.kind == "tag" for o in plan.decode(exact))      # and the exact sums still decode
+
+
 def _gather(world, shape, swap=None):
     plan = MOVE.plan(torch.float32, world, int(torch.Size(shape).numel()))
     tags = [plan.encode(r, shape)[0] for r in range(world)]

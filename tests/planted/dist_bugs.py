@@ -365,6 +365,19 @@ class AllReducesThroughBf16(AllReduceRMSNorm):
             consume(s, e, buf)
 
 
+class AllReducesClampedAtZero(AllReduceRMSNorm):
+    """The send buffer goes through a ReLU-like clamp before the all-reduce (an epilogue fused into the wrong
+    side of the communication): negative values never arrive. Non-negative integer tags would pass it."""
+
+    def _pipeline(self, x, group, consume):
+        from fusecheck.distributed import chunk_bounds, workspace
+        for c, (s, e) in enumerate(chunk_bounds(x.shape[0], int(self.tiling["chunks"]))):
+            buf = workspace.buffer(f"ar_rmsnorm.buf{c}", (e - s, x.shape[1]), x.dtype, x.device)
+            buf.copy_(x[s:e].clamp(min=0))
+            dist.all_reduce(buf, group=group)
+            consume(s, e, buf)
+
+
 class SquaresInHalf(AllReduceRMSNorm):
     """Computes the mean square in the op dtype: in fp16 it overflows once |x| > 256 (inputs of ordinary
     magnitude never show it)."""

@@ -253,3 +253,16 @@ class A2AList(_ReverseAllToAllReorder):
             recv = [torch.empty_like(t) for t in send]
             dist.all_to_all(recv, send, group=group)
             place(s, e, torch.stack(recv))
+
+
+class ARReturnsWorkspace(_AllReduceRMSNorm):
+    """Correct: comm_only all-reduces into a persistent workspace buffer and returns that buffer itself, as a
+    symmetric-memory kernel may. Layer 1 runs several tag sub-runs through it; each must be read before the
+    next call re-poisons the workspace."""
+
+    def comm_only(self, x, group):
+        from fusecheck.distributed import workspace
+        buf = workspace.buffer("ar_returns_workspace.out", tuple(x.shape), x.dtype, x.device)
+        buf.copy_(x)
+        dist.all_reduce(buf, group=group)
+        return buf
