@@ -61,7 +61,8 @@ def synchronization(f: Facts) -> Finding | None:
     flaky = [name for name, s in (("comm", f.comm), ("whole", f.whole))
              if s.failed and s.intermittent_shapes and (name == "comm" or _unexplained_whole_failures(f))]
     varying = f.comm.nondeterministic_shapes
-    if not flaky and not varying:
+    timing = f.comm.timing_shapes
+    if not flaky and not varying and not timing:
         return None
     why = []
     for name in flaky:
@@ -71,6 +72,10 @@ def synchronization(f: Facts) -> Finding | None:
                       f"{_unexplained_whole_failures(f)[:5]})" if name == "whole" and f.compute.failed else ""))
     if varying:
         why.append(f"layer 1 got a different set of positions wrong for identical tagged inputs (shapes {varying})")
+    if timing:
+        why.append(f"a failing layer-1 run replayed with every rank pausing after each dist call got other positions "
+                   f"wrong (shapes {timing}): the data arrives correctly when given time, so the kernel reads it "
+                   "before it has arrived")
     if f.comm.failed:
         why.append(_comm_detail(f.comm))
     return Finding("synchronization (missing wait, early buffer reuse, race)", "comm+compute overlap", "; ".join(why))
@@ -168,6 +173,10 @@ def _determinism(s: LayerSummary) -> str:
     out = (f"deterministic: the same positions are wrong in every repeat"
            + (" (the values left there differ between repeats: never-written slots holding workspace garbage)"
               if s.values_vary_shapes else ""))
+    if s.classes and set(s.classes) <= {"garbage", "unwritten"}:
+        out += ("; every wrong element holds stale or poisoned data: slots never written, or read before the "
+                "collective wrote them (a backend that writes its output at wait(), as gloo's reduce_scatter "
+                "does, makes a missing wait() read the same stale bytes every time, and no pause can change it)")
     return out + _shape_split(s)
 
 

@@ -31,10 +31,14 @@ class RunContext:
 
     def __init__(self, spec: DistSpec, group, rank: int, world: int, shape: dict, dtype: torch.dtype, seed: int,
                  device: torch.device, policy: Policy, stress: StressConfig | None, on_call=None,
-                 poison_seed: int | None = None):
+                 poison_seed: int | None = None, on_phase=None, label: str = ""):
         self.spec, self.group, self.rank, self.world = spec, group, rank, world
         self.shape, self.dtype, self.seed, self.device = shape, dtype, seed, device
         self.policy, self.stress, self.on_call = policy, stress, on_call
+        # the phase this run is (task.py names it) and how to announce a new one: the rank pool counts dist
+        # calls per phase, so a rank that skipped a kernel collective is told apart from one that went on to
+        # the checker's own collectives (the replay decision)
+        self.on_phase, self.label = on_phase, label
         # the workspace poison must not change between repeats of one shape: a slot that is never written
         # (a layout bug) then reads the same garbage every repeat, and only a race makes layer 1 vary
         self.poison_seed = seed if poison_seed is None else poison_seed
@@ -111,17 +115,14 @@ def comm_layer(ctx: RunContext) -> dict:
         return _result(ctx, "comm", input_error("comm", "bad_input", f"{coll.name}: {exc}"))
     tags = [[t.to(ctx.device) for t in plan.encode(r, shape)] for r in range(ctx.world)]
     reason = f"layer 1 moves exact position tags ({coll.invariant}; tags: {plan.description})"
-    gots, exps = [], []
-    for sub in range(plan.subruns):
-        expected = coll.deliver([t[sub] for t in tags], ctx.rank)
-        got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank][sub].clone(), ctx.group)
-        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
-                and got.device == expected.device):
-            cmp = compare(got, expected, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
-            return _result(ctx, "comm", cmp, decoded=[], classes={}, digest=digest(got),
-                           tag_dtype=_name(plan.dtype), tags=plan.to_dict())
-        gots.append(got.detach().clone())   # a kernel may return its workspace, which the next sub-run re-poisons
-        exps.append(expected)
+    exps = [coll.deliver([t[sub] for t in tags], ctx.rank) for sub in range(plan.subruns)]
+    gots, bad = _comm_subruns(ctx, tags, exps)
+    if bad is not None:   # the wrong type/shape/dtype/device: no positions to decode
+        cmp = compare(bad, exps[len(gots)], exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
+        _any_rank(ctx, True)   # the other ranks decide on a replay: keep the collectives matched
+        _comm_subruns(ctx, tags, exps, stress=SETTLE)
+        return _result(ctx, "comm", cmp, decoded=[], classes={}, digest=digest(bad),
+                       tag_dtype=_name(plan.dtype), tags=plan.to_dict())
     got_all, exp_all = torch.stack(gots), torch.stack(exps)
     cmp = compare(got_all, exp_all, exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
     lines, classes = [], {}
@@ -134,8 +135,34 @@ def comm_layer(ctx: RunContext) -> dict:
     # where the values it leaves there (a never-written slot's workspace garbage) differ; `wrong` hashes which
     # positions are wrong, `digest` the bits
     wrong = digest((got_all != exp_all).to(torch.uint8))
+    # a failing run replayed with every rank pausing after each dist call: a read-before-wait that loses
+    # every time at full speed now wins, so a change of the wrong positions is timing, never layout
+    timing = None
+    if _any_rank(ctx, not cmp.passed):
+        again, _ = _comm_subruns(ctx, tags, exps, stress=SETTLE)
+        timing = len(again) == len(exps) and digest((torch.stack(again) != exp_all).to(torch.uint8)) != wrong
     return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all), wrong=wrong,
-                   tag_dtype=_name(plan.dtype), tags=plan.to_dict())
+                   tag_dtype=_name(plan.dtype), tags=plan.to_dict(), replay_changed=timing)
+
+
+# the replay's pause after each dist call, on every rank (stress.StressConfig.settle_ms)
+SETTLE = StressConfig(max_delay_ms=0.0, settle_ms=20.0)
+
+
+def _comm_subruns(ctx: RunContext, tags: list, exps: list, stress: StressConfig | None = None):
+    """comm_only on each tag sub-run; (copies of the results, the first result of the wrong kind or None).
+    Every rank calls comm_only for every sub-run, whatever it returns, so the collectives stay matched."""
+    gots, bad = [], None
+    for sub, expected in enumerate(exps):
+        got = ctx.kernel_call(ctx.spec.comm_only, tags[ctx.rank][sub].clone(), ctx.group, stress=stress)
+        if bad is not None:
+            continue
+        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+                and got.device == expected.device):
+            bad = got
+            continue
+        gots.append(got.detach().clone())   # a kernel may return its workspace, which the next sub-run re-poisons
+    return gots, bad
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -335,6 +362,9 @@ def _golden_contract(ctx: RunContext, method: str, name: str, eager, gold):
 
 
 def _any_rank(ctx: RunContext, flag: bool) -> bool:
+    """Whether any rank's flag is set (an all_reduce on the group), announced as a phase of its own."""
+    if ctx.on_phase is not None:
+        ctx.on_phase(f"{ctx.label} (ranks agree on a replay)")
     t = torch.tensor([float(flag)], device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
     return bool(t.item())

@@ -303,6 +303,11 @@ class RankPool:
             culprits, reason = skipped, evidence.split("; ", 1)[0]
             detail = (f"rank(s) {', '.join(map(str, skipped))} {evidence}; then {detail} (a victim of the "
                       "mismatch: gloo aborts the rank left waiting in the unmatched collective)")
+        elif skipped and set(skipped) == set(primary):
+            # the skipper itself aborted: it went on to the next collective, which met its peers' unmatched one
+            reason = evidence.split("; ", 1)[0]
+            detail = (f"rank(s) {', '.join(map(str, skipped))} {evidence}; then {detail} (its next collective "
+                      "met the one its peers were still in)")
         return Outcome("CRASH", culprits, detail, reason, {r: s.phase for r, s in ranks.items()},
                        {r: s.error for r, s in ranks.items() if s.error}, results, time.monotonic() - t0)
 

@@ -43,6 +43,9 @@ class StressConfig:
     seed: int = 0
     run: int = 0
     straggler: int | None = None    # the only rank whose calls are delayed in this run; None: none is
+    # every rank pauses this long after each dist call returns: an async operation then completes before the
+    # kernel reads its buffer, so a read-before-wait that always loses at full speed wins (layers.py replays)
+    settle_ms: float = 0.0
 
     @staticmethod
     def for_run(index: int, max_delay_ms: float, seed: int, world: int) -> "StressConfig":
@@ -115,6 +118,8 @@ def injected_delays(cfg: StressConfig | None, rank: int, on_call=None):
                 out = fn(*args, **kwargs)
             finally:
                 depth[0] -= 1
+            if cfg is not None and cfg.settle_ms > 0:
+                time.sleep(cfg.settle_ms / 1000)
             if after:
                 def sleep():
                     time.sleep(seconds)

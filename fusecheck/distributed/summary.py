@@ -36,6 +36,9 @@ class LayerSummary:
     # layer 3: failing runs whose replays on the same inputs (as run, and with a straggler) gave the same bits
     # on every rank: deterministic, so no race explains them
     reproducible_runs: list[list[int]] = field(default_factory=list)
+    # layer 1: shapes where a failing run, replayed with every rank pausing after each dist call, got another
+    # set of positions wrong: timing decides them (a read before its wait), not layout
+    timing_shapes: list[int] = field(default_factory=list)
 
     def shape_rates(self) -> dict[int, Rate]:
         """Failure rate per shape: a deterministic tail-only bug is 100% on its shape and 0% on the others,
@@ -142,6 +145,8 @@ def summarize(layer: str, results: list[dict], world: int, complete: bool) -> La
                 wrong[(key[0], r)].add(res.get("wrong", res.get("digest")))
                 bits[(key[0], r)].add(res.get("digest"))
         s.nondeterministic_shapes = sorted({k[0] for k, d in wrong.items() if len(d) > 1})
+        s.timing_shapes = sorted({key[0] for key, ranks in runs.items()
+                                  if any(res.get("replay_changed") for res in ranks.values())})
         s.values_vary_shapes = sorted({k[0] for k, d in bits.items() if len(d) > 1} - set(s.nondeterministic_shapes))
         s.calls_per_run = max([int((res.get("tags") or {}).get("subruns") or 1)
                                for ranks in runs.values() for res in ranks.values()] or [1])

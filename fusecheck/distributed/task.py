@@ -44,10 +44,11 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
     if not shapes:
         raise ValueError(f"{task.spec_ref} declares no shapes and none were given")
     for si, shape in enumerate(shapes):
-        def ctx(seed, stress=None):
+        def ctx(seed, stress=None, label=""):
             return RunContext(spec, group, rank, world, shape, dtype, seed, device, task.policy, stress,
                               on_call=lambda name: emit("call", name),
-                              poison_seed=stable_seed(task.seed, si, sorted(shape.items())))
+                              poison_seed=stable_seed(task.seed, si, sorted(shape.items())),
+                              on_phase=lambda phase: emit("enter", phase), label=label)
         for rep in range(task.repeat):
             seed = task.seed + rep
             stress = StressConfig.for_run(rep, task.max_delay_ms, seed, world) if task.stress else None
@@ -65,8 +66,9 @@ def run_check(task: CheckTask, rank: int, world: int, group, device: torch.devic
                 # it (docs/benchmarks.md), so the stressed run only ever adds a chance to see it
                 for cfg in (None, stress) if stress else (None,):
                     name = f"{layer} stressed" if cfg else layer
-                    emit("enter", f"shape {si} repeat {rep} {name}")
-                    out = fn(ctx(seed, cfg))
+                    label = f"shape {si} repeat {rep} {name}"
+                    emit("enter", label)
+                    out = fn(ctx(seed, cfg, label))
                     emit("result", {"shape_index": si, "repeat": rep, "seed": seed,
                                     **({"variant": "stressed", "stress": cfg.label} if cfg else {}), **out})
             emit("enter", f"shape {si} repeat {rep} barrier")

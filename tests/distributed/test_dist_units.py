@@ -161,6 +161,8 @@ def _facts(comm="PASS", compute="PASS", whole="PASS", whole_ranks=(), world=4, o
     (_facts(compute="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3)), "compute"),
     (_facts(whole="FAIL", whole_ranks=(1, 2)), "layout / rank order"),
     (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3), nondeterministic_shapes=[0]), "synchronization"),
+    # the same wrong positions every repeat at full speed, others when every rank pauses after each call
+    (_facts(comm="FAIL", whole="FAIL", whole_ranks=(0, 1, 2, 3), timing_shapes=[1]), "synchronization"),
     (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3)), "interaction"),
     (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3), whole_codes={"dtype_mismatch": 4}), "output contract"),
     (_facts(whole="FAIL", whole_ranks=(0, 1, 2, 3), whole_codes={"type_mismatch": 4}), "output contract"),
@@ -249,3 +251,16 @@ def test_a_spec_named_twice_is_checked_once():
     from fusecheck.distributed.spec import expand_targets
     ref = "kernels/ag_gemm.py:AllGatherGemm"
     assert expand_targets([ref, "kernels/ag_gemm.py", ref]) == [(ref, True)]
+
+
+def test_the_settle_replay_pauses_every_rank_after_each_call(monkeypatch):
+    """stress.StressConfig.settle_ms: every rank (no straggler) sleeps after each dist call returns."""
+    slept = []
+    monkeypatch.setattr(stress.time, "sleep", slept.append)
+    monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: None)
+    cfg = stress.StressConfig(max_delay_ms=0.0, settle_ms=20.0)
+    for rank in (0, 1):
+        with stress.injected_delays(cfg, rank):
+            dist.all_reduce(None)
+            dist.all_reduce(None)
+    assert slept == [0.02] * 4
