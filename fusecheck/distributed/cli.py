@@ -161,7 +161,11 @@ def run(args) -> int:
         backend = select_backend(args.backend, world if not under_torchrun else 1)
         outside = processes_outside(args.group, backend.name, under_torchrun)
         if outside:
-            backend = select_backend(backend.name, world + outside)
+            try:
+                backend = select_backend(backend.name, world + outside)
+            except BackendUnavailable as exc:
+                raise BackendUnavailable(f"{exc} (--group sub adds {outside} process outside the kernel's group; "
+                                         "--group world runs without it)") from None
         planned = plan(args, world, backend)
     except (ValueError, BackendUnavailable) as exc:  # bad usage or a broken spec: say what, exit 2
         print(f"fusecheck dist: error: {exc}", file=sys.stderr)

@@ -235,12 +235,23 @@ def validate_spec(spec: DistSpec, ref: str, shapes: list[dict], world: int, seed
                 raise SpecError(f"{where} raised {type(exc).__name__}: {exc}") from None
             if not isinstance(inputs, dict):
                 raise SpecError(f"{where} returned {type(inputs).__name__}, not a dict of tensors")
+            odd = {k: type(v).__name__ for k, v in inputs.items()
+                   if not isinstance(v, (torch.Tensor, int, float, bool, str, type(None)))}
+            if odd:   # a numpy array would reach the checker's own comparisons and crash a rank
+                raise SpecError(f"{where} returned {odd} among its values: give tensors (torch.from_numpy)")
             try:
                 x = spec.comm_input(inputs)
             except Exception as exc:
                 raise SpecError(f"{ref}.comm_input(...) raised {type(exc).__name__}: {exc}") from None
             if not isinstance(x, torch.Tensor):
                 raise SpecError(f"{ref}.comm_input(...) returned {type(x).__name__}, not a tensor")
+            if x.is_floating_point() and x.dtype != dtype:   # a bf16 check would run the fp32 path
+                raise SpecError(f"{where}: comm_input is {str(x.dtype).removeprefix('torch.')} where the op dtype is "
+                                f"{str(dtype).removeprefix('torch.')}: make_inputs must make its tensors in the "
+                                "dtype it is given")
+            if x.numel() == 0:
+                raise SpecError(f"{where}: comm_input has no elements (shape {tuple(x.shape)}): a shape with a zero "
+                                "dimension leaves nothing to communicate or judge")
             unknown = sorted(set(getattr(spec, "no_nan_inf", ()) or ()) - {"delivered", *inputs})
             if unknown:   # a typo would silently keep the probe it meant to drop
                 raise SpecError(f"{ref}: no_nan_inf names {unknown}, which are neither 'delivered' nor inputs of "

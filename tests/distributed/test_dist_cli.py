@@ -142,6 +142,16 @@ class CtorRaises(Good):
 
 class TilingNotDict(Good):
     tiling = "three"
+
+
+class MakeInputsNumpy(Good):
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return {"a": super().make_inputs(shape, rank, world, seed, dtype)["a"].numpy()}
+
+
+class IgnoresDtype(Good):
+    def make_inputs(self, shape, rank, world, seed, dtype):
+        return super().make_inputs(shape, rank, world, seed, torch.float32)
 '''
 
 
@@ -167,6 +177,9 @@ def no_ranks(monkeypatch):
     ("ShapesAsLists", [], "ShapesAsLists.shapes must be a list of dicts"),
     ("CtorRaises", [], "CtorRaises() raised RuntimeError: ctor boom"),
     ("TilingNotDict", [], "tiling must be a dict like {'chunks': 3}, not 'three'"),
+    ("MakeInputsNumpy", [], "returned {'a': 'ndarray'} among its values"),
+    ("IgnoresDtype", ["--dtype", "bf16"], "comm_input is float32 where the op dtype is bfloat16"),
+    ("Good", ["--shape", "m=0"], "comm_input has no elements"),
     ("ShapesAsLists", ["--shape", "m=4"], "ShapesAsLists.shapes must be a list of dicts"),
     ("Good", ["--spec-arg", "rank=nan"], "--spec-arg rank=nan: not a valid int"),
     ("Good", ["--spec-arg", "flag=maybe"], "not a valid bool"),
@@ -241,7 +254,9 @@ def test_a_broken_spec_found_in_a_folder_is_an_error_row_and_the_others_still_ru
                                       .replace("class UnknownCollective", "class _UnknownCollective")
                                       .replace("class ShapesAsLists", "class _ShapesAsLists")
                                       .replace("class CtorRaises", "class _CtorRaises")
-                                      .replace("class TilingNotDict", "class _TilingNotDict"))
+                                      .replace("class TilingNotDict", "class _TilingNotDict")
+                                      .replace("class MakeInputsNumpy", "class _MakeInputsNumpy")
+                                      .replace("class IgnoresDtype", "class _IgnoresDtype"))
     (folder / "crash.py").write_text("raise RuntimeError('import boom')\n")   # a file that cannot be imported
     out = tmp_path / "many.json"
     code = main([str(folder), AG, "--repeat", "1", "--layers", "comm", "--json", str(out)])
