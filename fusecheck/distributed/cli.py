@@ -160,7 +160,7 @@ def run(args) -> int:
         check_world(world)
         backend = select_backend(args.backend, world if not under_torchrun else 1)
         outside = processes_outside(args.group, backend.name, under_torchrun)
-        if outside:
+        if outside and backend.device_type != "cpu":   # the extra process needs a device of its own
             try:
                 backend = select_backend(backend.name, world + outside)
             except BackendUnavailable as exc:
