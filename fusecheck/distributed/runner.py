@@ -146,17 +146,18 @@ def check(task: CheckTask, world: int, backend: str = "gloo", timeout_s: float =
 
 # what torch.distributed and gloo raise when a kernel on a subgroup names a peer by its group rank
 GROUP_RANK_ERRORS = re.compile(r"is not part of group|Invalid (destination|source) rank|Pair is not connected|"
-                               r"not in group|invalid rank", re.I)
+                               r"not in group|invalid rank|invalid tensor size", re.I)
 
 
 def _group_rank_hint(outcome: Outcome, outside: int) -> None:
     """A CRASH on a subgroup with torch's 'rank not in group' errors: say what the kernel most likely did."""
     if outside and outcome.status == "CRASH" and not outcome.reason and any(
             GROUP_RANK_ERRORS.search(e.get("message", "") + e.get("traceback", "")) for e in outcome.errors.values()):
-        outcome.reason = (f"a rank outside the group was addressed: on a subgroup (group rank r = global rank "
+        outcome.reason = (f"group and default-group ranks or sizes mixed up: on a subgroup (group rank r = global rank "
                           f"r + {outside}) the kernel passed a group rank where torch.distributed takes a global one "
                           "(isend/irecv/P2POp peers, broadcast src: dist.get_global_rank(group, r), or group_dst=/"
-                          "group_src=), or used dist.get_rank() without its group")
+                          "group_src=), or used dist.get_rank() / dist.get_world_size() without its group (a buffer "
+                          "sized for the default group's world)")
 
 
 def build_report(task: CheckTask, spec: DistSpec, world: int, backend: str, outcome: Outcome,

@@ -24,7 +24,7 @@ def run_cli(tmp_path, argv) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("cls, code, cause", [
-    ("GroupRankAsPeer", 3, "a rank outside the group was addressed"),      # isend to a group rank: gloo refuses
+    ("GroupRankAsPeer", 3, "group and default-group ranks or sizes mixed up"),      # isend to a group rank: gloo refuses
     ("GlobalRankSlot", 1, "the fused path, deterministically"),            # own block in dist.get_rank()'s slot
 ])
 def test_a_group_rank_confusion_passes_on_the_default_group_and_fails_on_a_subgroup(tmp_path, cls, code, cause):
