@@ -109,9 +109,15 @@ def _structural_check(name: str, result, reference, golden) -> Comparison | None
 
 
 def _finiteness_check(name: str, result, reference, golden, *, golden_nonfinite: int, golden_nan: int,
-                      result_nonfinite: int, numel: int, probe: bool = False) -> Comparison | None:
+                      result_nonfinite: int, numel: int, probe: bool = False,
+                      reference_nonfinite: int = -1) -> Comparison | None:
     """No verdict without a finite value. The counts come from the metrics walk itself (each tensor's NaN/Inf
     count is one of its accumulators), so on an accelerator this costs no pass and no synchronisation of its own."""
+    if (not probe and golden is not None and golden.is_floating_point() and golden_nonfinite == numel
+            and reference_nonfinite == numel and result_nonfinite < numel):
+        # eager and the golden agree there is no finite value; compiled made some up: that is a finding
+        return input_error(name, "nan_inf_mismatch", f"compiled has {numel - result_nonfinite} finite value(s) where "
+                           "eager and the golden have none (all NaN/Inf)", result)
     if not probe and golden is not None and golden.is_floating_point() and golden_nonfinite == numel:
         # no finite value to judge anywhere: an overflow everywhere (exp(1000 x)) is as broken as an all-NaN
         if golden_nan == numel:
@@ -132,7 +138,7 @@ def _complex_finiteness(name: str, result, reference, golden, probe: bool) -> Co
     return _finiteness_check(name, result, reference, golden, numel=result.numel(), probe=probe,
                              golden_nonfinite=nonfinite(golden) if golden is not None else -1,
                              golden_nan=0 if golden is None or _any(lambda c: ~torch.isnan(c), golden) else golden.numel(),
-                             result_nonfinite=nonfinite(result))
+                             result_nonfinite=nonfinite(result), reference_nonfinite=nonfinite(reference))
 
 
 def _no_finite_result(name: str, result, reference, golden) -> Comparison:
@@ -207,7 +213,8 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     bad = _finiteness_check(name, result, reference, golden, numel=int(vs_ref.numel), probe=nonfinite_probe,
                             golden_nonfinite=-1 if vs_g is None else int(vs_g.expected_nonfinite),
                             golden_nan=-1 if vs_g is None else int(vs_g.expected_nan),
-                            result_nonfinite=int(vs_ref.actual_nonfinite))
+                            result_nonfinite=int(vs_ref.actual_nonfinite),
+                            reference_nonfinite=int(vs_ref.expected_nonfinite))
     if bad is not None:
         return bad
     ref_g = reference_vs_golden or metrics.get("reference_vs_golden")

@@ -240,6 +240,18 @@ def test_all_nonfinite_golden_in_a_probe_is_judged_by_positions():
     assert probe(nan.float(), nan.float(), nan).verdict.code == "nonfinite_positions_match"
 
 
+def test_compiled_finite_where_eager_and_golden_have_no_finite_value_fails():
+    """exp(1000 x) overflows everywhere in eager and the golden: no verdict (exit 2) when compiled overflows too,
+    but a compiled run that returns finite numbers there made them up: FAIL, not an error."""
+    golden = torch.full((64,), math.inf, dtype=torch.float64)
+    eager = golden.float()
+    assert compare(eager.clone(), eager, golden).verdict.code == "golden_no_finite"
+    made_up = torch.full((64,), 3.4e38)
+    c = compare(made_up, eager, golden)
+    assert c.verdict.code == "nan_inf_mismatch" and c.verdict.status is Status.FAIL
+    assert "64 finite value(s) where eager and the golden have none" in c.verdict.message
+
+
 @pytest.mark.parametrize("golden", [
     torch.full((64,), math.inf, dtype=torch.float64),                           # exp(1000 x): +Inf everywhere
     torch.tensor([math.inf, -math.inf, math.nan, math.inf], dtype=torch.float64),  # mixed Inf/NaN
