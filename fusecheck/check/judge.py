@@ -9,7 +9,7 @@ import torch
 from fusecheck.check.compiled import CompiledRuns
 from fusecheck.check.eager import EagerRuns
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.compare import Comparison, input_error
+from fusecheck.compare import Comparison, Status, Verdict, input_error
 from fusecheck.golden.choices.tap import decision_nodes
 from fusecheck.check.precision_notes import eager_precision_notes
 from fusecheck.check.rows import RowJudge
@@ -72,4 +72,17 @@ def finish(p: Pipeline, judge: RowJudge, eager_keys: list[str], compiled_keys: s
     rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
     for name in sorted(compiled_keys - set(eager_keys)):
         rows.append(input_error(name, "structure_mismatch", f"compiled produced {name}, eager did not"))
+    return empty_beside_judged(rows)
+
+
+def empty_beside_judged(rows: list[Comparison]) -> list[Comparison]:
+    """An empty result (an empty cache, a zero-width slice) beside results that were judged: its shape and dtype
+    matched eager's (else it failed before), and there is no element to compare, so it passes, said so. Only
+    when nothing else was judged is emptiness an error (exit 2): a check must judge something."""
+    if not any(r.verdict.code != "empty" and r.verdict.status is not Status.ERROR for r in rows):
+        return rows
+    for r in rows:
+        if r.verdict.code == "empty":
+            r.verdict = Verdict(Status.PASS, "empty_equal", "no elements: compiled and eager are empty with the same "
+                                f"shape {tuple(r.shape)} and dtype; the other results were judged")
     return rows

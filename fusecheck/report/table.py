@@ -36,6 +36,7 @@ CODE_PHRASES: dict[str, str] = {
     "type_mismatch": "compiled returns another type than eager",
     "golden_shape_mismatch": "the golden's shape differs from eager's: cannot be judged",
     "empty": "the output has no elements: nothing to judge",
+    "empty_equal": "no elements, as eager's (same shape and dtype), beside results that were judged",
     "golden_all_nan": "the golden is all NaN: nothing to judge against",
     "golden_no_finite": "the golden has no finite value (all NaN/Inf): nothing to judge against",
     "no_finite_values": "no finite value to compare",

@@ -228,6 +228,15 @@ def test_a_compiled_call_that_hands_back_the_previous_call_s_results_fails():
     assert check("models/mlp.py:build", backend="aot_eager").passed
 
 
+def test_an_empty_result_beside_judged_ones_passes_and_alone_is_an_error():
+    r = check("tests/planted/cases.py:with_empty_cache", backend="aot_eager")
+    rows = {row.name: row.verdict.code for row in r.rows}
+    assert r.exit_code == 0 and rows["output['past']"] == "empty_equal", rows
+    bad = check("tests/planted/cases.py:with_empty_cache", backend=PLANTED + "shift_outputs")
+    assert bad.exit_code == 1                                   # the judged result still fails
+    assert check("tests/planted/cases.py:empty_output", backend="eager").exit_code == 2   # nothing else: no verdict
+
+
 def test_train_with_a_model_that_updates_its_input_in_place():
     r = check("tests/planted/cases.py:scales_input_in_place", backend="aot_eager", train=True)
     assert r.passed and {"grad.input[0]", "mutated.input[0]"} <= {row.name for row in r.rows}

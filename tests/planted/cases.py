@@ -297,3 +297,20 @@ class NumbersAndKeywords(nn.Module):
 def numbers_and_keywords():
     torch.manual_seed(0)
     return Case(NumbersAndKeywords(), (torch.randn(4, 8),), "numbers_and_keywords", {"scale": torch.randn(4, 8)})
+
+
+class WithEmptyCache(nn.Module):
+    """Returns its result beside an empty cache (a zero-length slice), as a decoder with no past does."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return {"h": h, "past": h[:, :0]}
+
+
+def with_empty_cache():
+    torch.manual_seed(0)
+    return Case(WithEmptyCache(), (torch.randn(4, 8),), "with_empty_cache")
