@@ -74,7 +74,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 again = {k: v for k, v in compiled2.differing.items() if k in noisy}
                 again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
                 del compiled2
-                stale, again_call = _after_other_inputs(p, fn, cotangents, first)
+                stale, again_call = _after_other_inputs(p, fn, cotangents, first, capture)
                 again_call = {k: c for k, c in again_call.items() if k not in noisy}
                 again.update({k: v for k, v in stale.items() if k not in again})
                 noisy |= set(again_call)
@@ -118,18 +118,25 @@ def other_inputs(case: Case) -> Case | None:
     return out if changed else None
 
 
-def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict) -> tuple[dict, dict[str, str]]:
+def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict,
+                        capture: GraphCapture) -> tuple[dict, dict[str, str]]:
     """A compiled call on other inputs, then the first inputs again: a compiled artifact that hands back an
     earlier call's results (a stale cache, a static buffer not refreshed) differs from the first run now,
     where two calls on the same inputs agree. Returns the results that differ (to be judged) and their call
-    names. A target that cannot run on rolled inputs skips the probe (its compiled runs are judged anyway)."""
+    names. A target that cannot run on rolled inputs skips the probe, said in a note (its compiled runs on
+    the first inputs are judged anyway); graphs compiled only for the rolled inputs are not the report's."""
     other = other_inputs(p.case)
     if other is None:
         return {}, {}
+    graphs = len(capture.graphs)
     try:
         p.run(fn, case=other, cotangents=cotangents, digests_only=True)
-    except Exception:
+    except Exception as exc:
+        p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) raised {type(exc).__name__}: "
+                       f"{str(exc)[:160]}; the check for a compiled call handing back stale results was skipped")
         return {}, {}
+    finally:
+        del capture.graphs[graphs:]
     third = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
