@@ -122,8 +122,15 @@ def _junit_repeats(path: str, repeats: dict | None) -> None:
     tree.write(path, encoding="unicode", xml_declaration=True)
 
 
+def timeout_reports(args: argparse.Namespace):
+    """What writes --json/--junit/--html when --time-limit ends the run: armed by the command line before its
+    watchdog starts, so a limit reached while torch or the target still load leaves the reports too."""
+    error_reports = error_reports_for(args, time.monotonic())
+    return lambda message: error_reports(message, 3)
+
+
 def run(args: argparse.Namespace) -> int:
-    from fusecheck.cli.watchdog import on_timeout, phase
+    from fusecheck.cli.watchdog import phase
     started = time.monotonic()
     from fusecheck.sharded.launch import sharded_run, under_torchrun
     if (getattr(args, "nproc", None) or under_torchrun()) and (args.repeat is not None or args.rate_bound is not None):
@@ -134,9 +141,8 @@ def run(args: argparse.Namespace) -> int:
     if (code := sharded_run(args)) is not None:
         return code
     phase("loading torch and the target")
-    # the error reports are armed before the imports: a --time-limit reached while they load still writes them
-    error_reports = error_reports_for(args, started)
-    with reported_on_failure(error_reports), on_timeout(lambda message: error_reports(message, 3)):
+    error_reports = error_reports_for(args, started)   # on a --time-limit: timeout_reports, armed before run()
+    with reported_on_failure(error_reports):
         from fusecheck.case import load_target, refuse_meta
         from fusecheck.cli.report_paths import write_reports
         from fusecheck.policy import Policy

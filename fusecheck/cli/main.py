@@ -7,6 +7,7 @@ top, so `fusecheck`, `fusecheck -h` and `fusecheck --version` answer without loa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import multiprocessing
@@ -137,7 +138,10 @@ def run_command(module, args: argparse.Namespace) -> int:
         with Progress(command, quiet=getattr(args, "quiet", False)) as progress:
             progress.set("loading torch")
             import torch  # noqa: F401  (start-up, before the time limit starts: it bounds the work, as before)
-            with Watchdog(args.time_limit, command):
+            from fusecheck.cli.watchdog import on_timeout
+            reports = getattr(module, "timeout_reports", None)   # a command that writes reports on a timeout
+            with (on_timeout(reports(args)) if reports else contextlib.nullcontext()), \
+                    Watchdog(args.time_limit, command):
                 return module.run(args)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
