@@ -228,6 +228,11 @@ def test_a_compiled_call_that_hands_back_the_previous_call_s_results_fails():
     assert check("models/mlp.py:build", backend="aot_eager").passed
 
 
+def test_the_run_on_rolled_inputs_takes_its_own_gradients_when_its_output_shape_differs():
+    r = check("tests/planted/cases.py:length_from_input", backend="aot_eager", train=True)
+    assert r.passed and not any("rolled" in n for n in r.notes), r.notes
+
+
 def test_an_empty_result_beside_judged_ones_passes_and_alone_is_an_error():
     r = check("tests/planted/cases.py:with_empty_cache", backend="aot_eager")
     rows = {row.name: row.verdict.code for row in r.rows}

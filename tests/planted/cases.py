@@ -314,3 +314,20 @@ class WithEmptyCache(nn.Module):
 def with_empty_cache():
     torch.manual_seed(0)
     return Case(WithEmptyCache(), (torch.randn(4, 8),), "with_empty_cache")
+
+
+class LengthFromInput(nn.Module):
+    """Its output's length is read from an input (a batch of packed sequences): rolled inputs give another
+    output shape, so the run on them needs upstream gradients of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, lengths):
+        return self.lin(x[:int(lengths[0])]).tanh()
+
+
+def length_from_input():
+    torch.manual_seed(0)
+    return Case(LengthFromInput(), (torch.randn(6, 8), torch.tensor([5, 3, 2])), "length_from_input")
