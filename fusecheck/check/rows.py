@@ -130,7 +130,7 @@ class RowJudge:
         # Only forward outputs of a movement graph must be exact: the backward of expand/broadcast is a sum.
         exact = self.exact and name.startswith("output")
         row = compare(c1, e1, g, policy=self.policy, exact=exact, name=name, reference_vs_golden=ref_g,
-                      exact_reason=EXACT_REASON)
+                      exact_reason=EXACT_REASON if exact else "")
         judged = [("first", c1, row.verdict)]
         if noisy:
             row.notes.append("eager is not bitwise repeatable: judged against the worse of two eager runs")
@@ -188,7 +188,7 @@ class RowJudge:
         if g is None or not isinstance(c2, torch.Tensor) or c2.shape != c1.shape or c2.dtype != c1.dtype:
             return None
         return compare(c2, e1, g, policy=self.policy, exact=exact, name=name, reference_vs_golden=ref_g,
-                       exact_reason=EXACT_REASON)
+                       exact_reason=EXACT_REASON if exact else "")
 
     def _changed(self, c1: torch.Tensor, name: str) -> str:
         c2 = self.compiled_again.get(name)

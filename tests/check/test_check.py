@@ -322,3 +322,16 @@ def test_a_model_dynamo_never_compiles_is_an_error_not_a_pass(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "never called on 'tagger'" in err and "LSTM" in err and "Traceback" not in err
     assert json.loads(out.read_text())["status"] == "ERROR"
+
+
+def test_an_exact_row_says_why_it_is_exact():
+    """A bool output is exact by its dtype; only a movement graph's float outputs are exact by the graph (the
+    message said 'pure data movement' for a bool derived from floats)."""
+    from fusecheck.check.rows import RowJudge
+    from fusecheck.policy import Policy
+    j = RowJudge({"output": torch.tensor([True, False])}, {"output": torch.tensor([True, True])}, Policy())
+    j.judge("output", None)
+    assert "integer/bool outputs must be exact" in j.rows["output"].verdict.message
+    j = RowJudge({"output": torch.zeros(3)}, {"output": torch.ones(3)}, Policy(), exact=True)
+    j.judge("output", None)
+    assert "pure data movement" in j.rows["output"].verdict.message
