@@ -81,7 +81,7 @@ def family_of(base: Metrics, golden: torch.Tensor, diffs: list[torch.Tensor], po
     if golden.is_complex():
         golden = torch.view_as_real(golden.resolve_conj())
         diffs = [torch.view_as_real(d.resolve_conj()) if d.is_complex() else d for d in diffs]
-        dtype = golden.dtype if not dtype.is_complex else dtype.to_real()
+        dtype = dtype.to_real() if dtype.is_complex else dtype
     drawn = []
     for d in diffs:
         if d.shape != golden.shape:

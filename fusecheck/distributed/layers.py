@@ -119,7 +119,7 @@ def comm_layer(ctx: RunContext) -> dict:
     gots, bad = _comm_subruns(ctx, tags, exps)
     if bad is not None:   # the wrong type/shape/dtype/device: no positions to decode
         cmp = compare(bad, exps[len(gots)], exact=True, exact_reason=reason, name="comm", policy=ctx.policy)
-        _any_rank(ctx, True)   # the other ranks decide on a replay: keep the collectives matched
+        _any_rank(ctx, True, "a replay")   # the other ranks decide on a replay: keep the collectives matched
         _comm_subruns(ctx, tags, exps, stress=SETTLE)
         return _result(ctx, "comm", cmp, decoded=[], classes={}, digest=digest(bad),
                        tag_dtype=_name(plan.dtype), tags=plan.to_dict())
@@ -138,7 +138,7 @@ def comm_layer(ctx: RunContext) -> dict:
     # a failing run replayed with every rank pausing after each dist call: a read-before-wait that loses
     # every time at full speed now wins, so a change of the wrong positions is timing, never layout
     timing = None
-    if _any_rank(ctx, not cmp.passed):
+    if _any_rank(ctx, not cmp.passed, "a replay"):
         again, _ = _comm_subruns(ctx, tags, exps, stress=SETTLE)
         timing = len(again) == len(exps) and digest((torch.stack(again) != exp_all).to(torch.uint8)) != wrong
     return _result(ctx, "comm", cmp, decoded=lines, classes=classes, digest=digest(got_all), wrong=wrong,
@@ -339,7 +339,7 @@ def whole_layer(ctx: RunContext) -> dict:
         return _result(ctx, "whole", bad, digest=digest(got), replayed_same_bits=None)
     cmp = compare(got, eager, gold, policy=ctx.policy, name="whole")
     # the golden runs collectives: every rank learns whether any needs the composition's noise, and all re-run
-    if _any_rank(ctx, reference.needs_noise(cmp)):
+    if _any_rank(ctx, reference.needs_noise(cmp), "eager's noise"):
         reruns = []
         for label, mode in reference.compositions(eager.dtype if isinstance(eager, torch.Tensor) else ctx.dtype,
                                                   False):
@@ -347,7 +347,7 @@ def whole_layer(ctx: RunContext) -> dict:
                 reruns.append((label, ctx.spec.golden(_clone(inputs), ctx.group)))
         if reference.needs_noise(cmp):
             cmp = reference.rejudge(got, eager, gold, reruns, ctx.policy, "whole", cmp)
-    replayed = replay(ctx, inputs, got) if _any_rank(ctx, not cmp.passed) else None
+    replayed = replay(ctx, inputs, got) if _any_rank(ctx, not cmp.passed, "a replay") else None
     return _result(ctx, "whole", cmp, digest=digest(got), replayed_same_bits=replayed)
 
 
@@ -361,10 +361,11 @@ def _golden_contract(ctx: RunContext, method: str, name: str, eager, gold):
     return None
 
 
-def _any_rank(ctx: RunContext, flag: bool) -> bool:
-    """Whether any rank's flag is set (an all_reduce on the group), announced as a phase of its own."""
+def _any_rank(ctx: RunContext, flag: bool, on: str) -> bool:
+    """Whether any rank's flag is set (an all_reduce on the group), announced as a phase of its own (`on`: what
+    the ranks agree on)."""
     if ctx.on_phase is not None:
-        ctx.on_phase(f"{ctx.label} (ranks agree on a replay)")
+        ctx.on_phase(f"{ctx.label} (ranks agree on {on})")
     t = torch.tensor([float(flag)], device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
     return bool(t.item())

@@ -19,14 +19,7 @@ COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64}
 
 def cast_tree(tree: Any, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Any:
     """Cast floating tensors of a pytree to `dtype` and move all tensors to `device`."""
-    def leaf(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        x = x.to(device) if device is not None else x
-        if dtype is not None and x.is_complex() and dtype in COMPLEX_OF:
-            return x.to(COMPLEX_OF[dtype])
-        return x.to(dtype) if dtype is not None and x.is_floating_point() else x
-    return pytree.tree_map(leaf, tree)
+    return pytree.tree_map(lambda x: _cast_tensor(x, dtype, device) if isinstance(x, torch.Tensor) else x, tree)
 
 
 def _cast_tensor(t: torch.Tensor, dtype: torch.dtype | None, device) -> torch.Tensor:

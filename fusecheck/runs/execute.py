@@ -133,10 +133,6 @@ def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
         return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
 
 
-def _holds_tensors(obj: Any) -> bool:
-    return any(isinstance(v, torch.Tensor) for v in getattr(obj, "__dict__", {}).values())
-
-
 # Python numbers a model returns (`loss.item()`, a count) are results too: judged as 0-d tensors. A float
 # becomes fp32 in every run, the golden's too: `.item()` of a low-precision model is at most fp32-precise, and
 # a golden rounded to fp32 still tells a 1e-7 difference (PASS within tolerance) from a 1% one (FAIL)
