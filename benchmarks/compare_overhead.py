@@ -62,6 +62,23 @@ def syncs(fn, device: str) -> int | None:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+def kernel_table(fn, repeat: int) -> list[str]:
+    """Device time per call of each kernel in `fn` (torch.profiler), largest first, as table lines."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeat):
+            fn()
+        torch.cuda.synchronize()
+    rows = sorted(((e.device_time_total / repeat, e.count // repeat, e.key) for e in prof.key_averages()
+                   if e.device_time_total > 0), reverse=True)
+    total = sum(r[0] for r in rows)
+    return ["", f"  device kernels per call: {total:.1f} us in all", *(f"  {us:9.1f} us x{n} {name[:90]}"
+                                                                    for us, n, name in rows[:12]), ""]
+
+
 def assert_close(res, ref, tol):
     try:
         torch.testing.assert_close(res, ref, rtol=tol, atol=tol)
@@ -75,6 +92,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e6,1.6e7")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--profile", default=None, help="a size whose compare() is profiled function by function")
+    ap.add_argument("--kernels", action="store_true",
+                    help="list each device kernel's time per compare() call (torch.profiler, CUDA)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dev, policy = args.device, Policy()
@@ -104,6 +123,8 @@ def main() -> None:
                      f"{fail * 1e3:.3f} / {ok * 1e3:.3f} ms | {whole / fail:.2f}x | {scale * 1e3:.3f} ms | "
                      f"{walk * 1e3:.3f} ms | {verdict * 1e3:.3f} ms |")
         print(lines[-1], flush=True)
+        if args.kernels and dev == "cuda":
+            lines += kernel_table(lambda: compare(res, ref, g, policy=policy), args.repeat)
         if args.profile and int(float(args.profile)) == size:
             prof = cProfile.Profile()
             prof.enable()

@@ -26,6 +26,7 @@ CODE_PHRASES: dict[str, str] = {
     "nonfinite_positions_match": "NaN/Inf at the same places as eager and golden; the finite rest passes",
     "worse_than_eager": "compiled's error against the golden is more than the allowed ratio times eager's",
     "outside_tolerance": "outside the tolerance of eager, and no golden to decide (not a floating output)",
+    "follows_float_ties": "an integer/bool made from floats: eager differs from the golden too, compiled not more",
     "exact_mismatch": "must be bitwise equal to eager (integers, bools, pure data movement) and is not",
     "nan_inf_mismatch": "NaN/Inf where eager and golden have none, or the reverse",
     "nondeterministic_compiled": "compiled changed between two identical runs while eager did not",

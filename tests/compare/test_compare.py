@@ -172,6 +172,38 @@ def test_integers_and_bools_are_exact(dtype):
     assert v.status is Status.FAIL and v.code == "exact_mismatch" and "1 of 10" in v.message
 
 
+def _ties(n=4096, eager_off=(3, 50, 900), compiled_off=(7, 51)):
+    golden = torch.zeros(n, dtype=torch.bool)
+    golden[::3] = True
+    eager, compiled = golden.clone(), golden.clone()
+    eager[list(eager_off)] ^= True
+    compiled[list(compiled_off)] ^= True
+    return compiled, eager, golden
+
+
+def test_bools_made_from_floats_follow_ties_eager_also_misses():
+    """Eager's mask differs from the golden's at 3 near-ties; a compile that differs at 2 others is not worse."""
+    v = compare(*_ties()).verdict
+    assert v.status is Status.PASS and v.code == "follows_float_ties" and "golden at 3" in v.message
+
+
+@pytest.mark.parametrize("case", ["many_flips", "eager_equals_golden", "following_off", "count_far_off"])
+def test_integers_and_bools_stay_exact_where_ties_do_not_explain_them(case):
+    from fusecheck.policy import Policy, Ratios
+    policy = None
+    if case == "many_flips":  # 40 flips against eager's 3: significantly worse
+        args = _ties(compiled_off=tuple(range(1, 400, 10)))
+    elif case == "eager_equals_golden":  # no float noise reaches the result: exactness decides
+        args = _ties(eager_off=())
+    elif case == "following_off":
+        args, policy = _ties(), Policy(ratios=Ratios(decision_tie=0.0))
+    else:  # a count: eager off by 2, compiled off by 9 (more than 2x eager's difference)
+        g = torch.tensor(1000)
+        args = (g + 9, g + 2, g)
+    v = compare(*args, policy=policy).verdict
+    assert v.status is Status.FAIL and v.code == "exact_mismatch", v.message
+
+
 def test_exact_rule_for_data_movement(golden):
     e = golden.float()
     c = e.clone()

@@ -89,6 +89,24 @@ def int_and_float():
     return (IntAndFloat(), torch.randn(6, 5))
 
 
+class SignsOfFeatures(nn.Module):
+    """bf16 features and the mask of the positive ones, with their count: the mask and the count follow the
+    features' near-ties at 0.5 (bf16 rounds values within its spacing onto 0.5), so eager's bf16 mask differs from the fp64 golden's at a few elements."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(256, 512)
+
+    def forward(self, x):
+        z = self.lin(x)
+        return z, z > 0.5, (z > 0.5).sum()
+
+
+def signs_of_features():
+    torch.manual_seed(0)
+    return (SignsOfFeatures(), torch.randn(64, 256))
+
+
 def builder_returns_none():
     return None
 
