@@ -74,6 +74,7 @@ class RowJudge:
     eager_again: dict[str, torch.Tensor] = field(default_factory=dict)
     compiled_again: dict[str, torch.Tensor] = field(default_factory=dict)
     again_call: dict[str, str] = field(default_factory=dict)   # which call a re-run was, if not the second
+    ignores_inputs: dict[str, str] = field(default_factory=dict)  # compiled/ignores_inputs: failed with this
     rows: dict[str, Comparison] = field(default_factory=dict)
     # eager's error against a golden of its own (one that followed eager's near-tied decisions where
     # compiled chose differently: fusecheck/golden/choices/), measured in an earlier golden pass
@@ -137,6 +138,9 @@ class RowJudge:
         if row.vs_reference is not None and name in self.compiled_noisy:
             row = self._judge_second_run(row, name, c1, e1, g, ref_g, exact, noisy, judged)
         self._doubt(name, judged, e1, g)
+        if name in self.ignores_inputs and row.passed:
+            # a row that already fails keeps its own finding (a dtype, shape or device mismatch says more)
+            row.verdict = Verdict(Status.FAIL, "ignores_inputs", self.ignores_inputs[name])
         return row
 
     def _doubt(self, name: str, judged, e1: torch.Tensor, g: torch.Tensor | None) -> None:

@@ -30,6 +30,7 @@ CODE_PHRASES: dict[str, str] = {
     "exact_mismatch": "must be bitwise equal to eager (integers, bools, pure data movement) and is not",
     "nan_inf_mismatch": "NaN/Inf where eager and golden have none, or the reverse",
     "nondeterministic_compiled": "compiled changed between two identical runs while eager did not",
+    "ignores_inputs": "compiled gave the same bits on other inputs while eager's result moved: it ignores its inputs",
     "shape_mismatch": "compiled's shape differs from eager's",
     "dtype_mismatch": "compiled's dtype differs from eager's",
     "device_mismatch": "compiled's device differs from eager's",

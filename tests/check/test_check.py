@@ -238,6 +238,21 @@ def test_a_compiled_call_that_hands_back_the_previous_call_s_results_fails():
     assert check("models/mlp.py:build", backend="aot_eager").passed
 
 
+def test_a_compiled_call_that_returns_its_first_result_forever_fails():
+    """Right on every call with the first inputs: only its unchanged bits on the rolled inputs, where eager's
+    result moved beyond tolerance, tell."""
+    r = check("models/mlp.py:build", backend=PLANTED + "first_call_outputs")
+    assert r.exit_code == 1 and r.rows[0].verdict.code == "ignores_inputs", [row.verdict.message for row in r.rows]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", PLANTED + "first_call_outputs"])
+def test_a_result_the_roll_does_not_change_is_not_named(backend):
+    """amax over the rolled dimension is the same bits on both inputs, a sum moves by rounding only: a cache
+    that hands them back is right, and eager stays within tolerance of itself."""
+    r = check("tests/planted/cases.py:max_over_last_dim", backend=backend)
+    assert r.exit_code == 0, [(row.name, row.verdict.message) for row in r.rows]
+
+
 def test_the_run_on_rolled_inputs_takes_its_own_gradients_when_its_output_shape_differs():
     r = check("tests/planted/cases.py:length_from_input", backend="aot_eager", train=True)
     assert r.passed and not any("rolled" in n for n in r.notes), r.notes

@@ -162,6 +162,21 @@ def previous_call_outputs(gm, example_inputs):
     return run
 
 
+def first_call_outputs(gm, example_inputs):
+    """Hands back the first call's outputs forever (a cache keyed on nothing): right on every call with the
+    first inputs, so the golden never sees it wrong."""
+    kept = []
+
+    def run(*args):
+        out = gm(*args)
+        seq = list(out) if isinstance(out, (tuple, list)) else [out]
+        if not kept:
+            kept.append([o.detach().clone() if isinstance(o, torch.Tensor) else o for o in seq])
+            return out
+        return type(out)(kept[0]) if isinstance(out, (tuple, list)) else kept[0][0]
+    return run
+
+
 def scale_float_outputs(gm, example_inputs):
     """Every floating output of every graph 1% too large (with the gradients that flow back through them)."""
     def run(*args):

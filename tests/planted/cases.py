@@ -107,6 +107,17 @@ def signs_of_features():
     return (SignsOfFeatures(), torch.randn(64, 256))
 
 
+class MaxOverLastDim(nn.Module):
+    """Its result does not change when the inputs roll along their last dimension."""
+
+    def forward(self, x):
+        return x.amax(-1), x.sum(-1)
+
+
+def max_over_last_dim():
+    return (MaxOverLastDim(), torch.randn(8, 33))
+
+
 def builder_returns_none():
     return None
 
