@@ -17,8 +17,10 @@ from fusecheck.capture import GraphCapture
 from fusecheck.case import Case
 from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.compare import compare
+from fusecheck.check.rolled import RolledScreen, RolledStats, ignoring_inputs
 from fusecheck.golden.choices.follow import Recorder
+from fusecheck.golden.choices.ops import SELECTING_TAPS
+from fusecheck.golden.choices.tap import decision_nodes
 from fusecheck.runs.digest import digest
 from fusecheck.errors import CompileError, NoTensorsReturned
 from fusecheck.runs.execute import RunResult
@@ -45,6 +47,8 @@ class CompiledRuns:
     # results whose compiled call on other inputs repeated the first call's bits while eager's moved beyond
     # tolerance, with the evidence (rows.py fails them)
     ignores_inputs: dict[str, str] = field(default_factory=dict)
+    # the compiled call on other inputs against eager's on the same inputs (rows.py judges it: check/rolled.py)
+    rolled: dict[str, RolledStats] = field(default_factory=dict)
 
 
 def whole_model(model) -> Compiling:
@@ -78,7 +82,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 again = {k: v for k, v in compiled2.differing.items() if k in noisy}
                 again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
                 del compiled2
-                stale, again_call, ignoring = _after_other_inputs(p, fn, cotangents, first, capture, eager)
+                stale, again_call, ignoring, rolled = _after_other_inputs(p, fn, cotangents, first, capture, eager)
                 again_call = {k: c for k, c in again_call.items() if k not in noisy}
                 again.update({k: v for k, v in stale.items() if k not in again})
                 noisy |= set(again_call)
@@ -96,7 +100,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
         raise CompileError(_nothing_compiled(p, breaks_before))
     torch._dynamo.reset()
     runs = CompiledRuns(compiled, noisy, again, capture, choices, census, parked=on_host, again_call=again_call,
-                        ignores_inputs=ignoring)
+                        ignores_inputs=ignoring, rolled=rolled)
     if capture.decisions:
         capture.decisions.clear()  # the repeat runs' choices: only the first run's are followed
     _record_eager_choices(p, runs, cotangents)
@@ -124,58 +128,47 @@ def other_inputs(case: Case) -> Case | None:
 
 
 def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: GraphCapture,
-                        eager: EagerRuns) -> tuple[dict, dict[str, str], dict[str, str]]:
+                        eager: EagerRuns) -> tuple[dict, dict[str, str], dict[str, str], dict[str, RolledStats]]:
     """A compiled call on other inputs, then the first inputs again: a compiled artifact that hands back an
     earlier call's results (a stale cache, a static buffer not refreshed) differs from the first run now,
     where two calls on the same inputs agree. Returns the results that differ (to be judged), their call
-    names, and the results that ignore their inputs (`_ignoring_inputs`). A target that cannot run on rolled
-    inputs skips the probe, said in a note (its compiled runs on the first inputs are judged anyway); graphs
-    compiled only for the rolled inputs are not the report's."""
+    names, the results that ignore their inputs, and the call on other inputs against eager's on the same
+    inputs (check/rolled.py: that call is judged too). A target that cannot run on rolled inputs skips the
+    probe, said in a note (its compiled runs on the first inputs are judged anyway); graphs compiled only for
+    the rolled inputs are not the report's."""
     other = other_inputs(p.case)
     if other is None:
-        return {}, {}, {}
+        return {}, {}, {}, {}
     graphs = len(capture.graphs)
+    keys = tuple(eager.first.after)
     try:
+        eager_rolled = p.run(p.case.model, case=other, cotangents=None)
+        park(eager_rolled, p.device)
+        selects = [n for g in capture.graphs[:graphs] for n in decision_nodes(g.gm, SELECTING_TAPS)]
+        screen = RolledScreen({} if selects else eager_rolled.all(keys))
+        if selects:
+            p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) is judged by its bits only "
+                           f"(stale or ignored inputs), not against eager's call: the model selects "
+                           f"({', '.join(selects[:3])}), and a near-tie there moves whole rows with no golden to "
+                           f"follow it on those inputs")
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
-        rolled = p.run(fn, case=other, cotangents=None, digests_only=True)
+        rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
+        screen.drop(rolled.lost)
     except Exception as exc:
-        p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) raised {type(exc).__name__}: "
+        if p.passes_through(exc):
+            raise
+        p.notes.append(f"the call on other inputs (the inputs rolled by one) raised {type(exc).__name__}: "
                        f"{str(exc)[:160]}; the check for a compiled call handing back stale results was skipped")
-        return {}, {}, {}
+        return {}, {}, {}, {}
     finally:
         del capture.graphs[graphs:]
     unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
-    ignoring = _ignoring_inputs(p, other, eager, unchanged)
+    ignoring = ignoring_inputs(p.policy, eager.first.all(keys), eager_rolled.all(keys), unchanged)
+    del eager_rolled, screen.eager
     third = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
-            {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring)
-
-
-def _ignoring_inputs(p: Pipeline, other: Case, eager: EagerRuns, unchanged: set[str]) -> dict[str, str]:
-    """Results whose compiled call on the rolled inputs gave the first call's very bits while eager's result
-    moved beyond the policy's tolerance between the same two inputs: an artifact that returns its first result
-    forever (a cache keyed on nothing) is right on every call the golden judges, and only this tells. A result
-    the roll does not change (a max over the rolled dimension, a mean that moves by rounding) keeps eager
-    within tolerance and is not named. Costs one eager call on the rolled inputs, only where some compiled
-    result did not change."""
-    if not p.agree(bool(unchanged)):
-        return {}
-    first = eager.first.all(tuple(eager.first.after))
-    moved = p.run(p.case.model, case=other, cotangents=None).all(tuple(eager.first.after))
-    out = {}
-    for k in sorted(unchanged):
-        e1, e2 = first.get(k), moved.get(k)
-        if not (isinstance(e1, torch.Tensor) and isinstance(e2, torch.Tensor)) or e1.shape != e2.shape \
-                or e1.dtype != e2.dtype:
-            continue
-        row = compare(e2, e1, policy=p.policy, name=k)
-        if row.vs_reference is not None and row.vs_reference.mismatches > 0:
-            out[k] = (f"the compiled call on other inputs (the inputs rolled by one) returned the first call's very "
-                      f"bits, while eager's result moved beyond tolerance ({int(row.vs_reference.mismatches)} of "
-                      f"{e1.numel()} elements): the compiled artifact ignores its inputs (a result cache keyed on "
-                      f"nothing, an output buffer never rewritten)")
-    return out
+            {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
 
 
 def _graph_breaks() -> dict[str, int]:

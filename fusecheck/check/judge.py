@@ -22,7 +22,7 @@ def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_dou
     return RowJudge(eager.first.all(mutated), compiled.first.all(mutated), p.policy,
                     exact=compiled.capture.movement_only, eager_noisy=eager.noisy, compiled_noisy=compiled.noisy,
                     eager_again=eager.again, compiled_again=compiled.again, again_call=compiled.again_call,
-                    ignores_inputs=compiled.ignores_inputs,
+                    ignores_inputs=compiled.ignores_inputs, rolled=compiled.rolled,
                     keep_doubts=keep_doubts,
                     parked=compiled.parked)
 

@@ -31,6 +31,7 @@ CODE_PHRASES: dict[str, str] = {
     "nan_inf_mismatch": "NaN/Inf where eager and golden have none, or the reverse",
     "nondeterministic_compiled": "compiled changed between two identical runs while eager did not",
     "ignores_inputs": "compiled gave the same bits on other inputs while eager's result moved: it ignores its inputs",
+    "rolled_call_worse": "the compiled call on other inputs is worse than eager whatever the golden there",
     "shape_mismatch": "compiled's shape differs from eager's",
     "dtype_mismatch": "compiled's dtype differs from eager's",
     "device_mismatch": "compiled's device differs from eager's",

@@ -193,7 +193,8 @@ def _taking_grads(params: dict[str, torch.Tensor], take: Callable[[str, torch.Te
 def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
              cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0,
              state: StateSnapshot | None = None, digests_only: bool = False,
-             param_grads: bool = True, differs_from: dict[str, Digest] | None = None) -> RunResult:
+             param_grads: bool = True, differs_from: dict[str, Digest] | None = None,
+             each: Callable[[str, torch.Tensor], None] | None = None) -> RunResult:
     """Call `fn(*case.inputs, **case.kwargs)` on fresh copies of the inputs, after resetting the module
     state to `state`, so that a model that mutates its inputs or buffers sees the same values every run;
     what it mutated is returned in `after`/`mutated`. With `train`, backpropagate `cotangents` (made from
@@ -201,7 +202,9 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     golden hands them over itself) and floating inputs. With `digests_only`, every result is kept as a
     digest of its bits (`digests`) instead of a tensor: what a repeat run needs to prove repeatability; with
     `differs_from` (the first run's digests) too, a result whose digest differs is also kept in full
-    (`differing`), so that it can be judged: a repeat run never holds the results that repeat the first's."""
+    (`differing`), so that it can be judged: a repeat run never holds the results that repeat the first's;
+    `each(name, tensor)` sees every result before its digest replaces it (a run judged as it goes), and a
+    gradient accumulated twice is named in `lost` (what `each` saw of it was a part)."""
     model = case.model
     params = dict(model.named_parameters()) if isinstance(model, torch.nn.Module) else {}
     restore_state(case, state)
@@ -239,6 +242,8 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     def kept(name: str, t: torch.Tensor) -> Any:
         if not digests_only:
             return t
+        if each is not None:
+            each(name, t)
         d = digest(t)
         if differs_from is not None and differs_from.get(name) != d:
             differing[name] = t
@@ -255,9 +260,8 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
             if digests_only:  # digest at once, so a repeat run never holds its gradients
                 if name in taken:  # accumulated twice: no digest, re-run in full
                     taken[name] = None
-                    if differs_from is not None:
-                        differing.pop(f"grad.{name}", None)
-                        lost.append(f"grad.{name}")
+                    differing.pop(f"grad.{name}", None)
+                    lost.append(f"grad.{name}")
                 else:
                     taken[name] = kept(f"grad.{name}", g)
             else:

@@ -54,18 +54,20 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def run_sharded(fn, case: Case, *, train: bool, cotangents, seed: int, digests_only: bool = False,
-                differs_from: dict | None = None) -> RunResult:
+                differs_from: dict | None = None, each=None) -> RunResult:
     """`run_once`, with each parameter's gradient read from where FSDP puts it: this rank's shard. With
     `differs_from` (the first run's digests), results whose bits differ are kept in full to be judged."""
     params = dict(case.model.named_parameters())
     for p in params.values():
         p.grad = None
     result = run_once(fn, case, train=train, cotangents=cotangents, seed=seed, param_grads=False,
-                      digests_only=digests_only, differs_from=differs_from)
+                      digests_only=digests_only, differs_from=differs_from, each=each)
     for name, p in params.items():
         if p.grad is not None:
             g = _local(p.grad).detach().clone()
             if digests_only:
+                if each is not None:
+                    each(f"grad.{name}", g)
                 d = result.digests[f"grad.{name}"] = digest(g)
                 if differs_from is not None and differs_from.get(f"grad.{name}") != d:
                     result.differing[f"grad.{name}"] = g

@@ -79,6 +79,21 @@ def test_a_compiled_run_wrong_on_any_single_call_fails(race, train):
     assert r.rows[0].vs_golden.rmse > 10 * r.rows[0].reference_vs_golden.rmse  # the row shows the bad run
 
 
+@pytest.mark.parametrize("race,code", [("third_call_race", "rolled_call_worse"),
+                                       ("fourth_call_race", "nondeterministic_compiled")])
+@pytest.mark.parametrize("train", [False, True])
+def test_the_calls_around_other_inputs_are_judged_too(race, code, train):
+    """The stale-result probe's two calls (on rolled inputs, then the first inputs again) are produced
+    results: a race on either fails, the rolled one against eager's call on the same inputs."""
+    r = check("models/mlp.py:build", backend=PLANTED + race, train=train)
+    failed = [row for row in r.rows if not row.passed]
+    assert r.exit_code == 1 and failed and all(row.verdict.code == code for row in failed), \
+        [(row.name, row.verdict.code) for row in r.rows]
+    assert failed[0].name.startswith("output")
+    if code == "rolled_call_worse":
+        assert "inputs rolled by one" in failed[0].verdict.message
+
+
 @pytest.mark.parametrize("target,train", [("all_inf", False), ("inf_and_nan", False), ("inf_gradient", True)])
 def test_no_finite_value_anywhere_is_exit_2(target, train):
     r = check(f"tests/planted/cases.py:{target}", backend="aot_eager", train=train)

@@ -237,6 +237,8 @@ def _wrong_on_call(n: int):
 
 first_call_race = _wrong_on_call(1)
 second_call_race = _wrong_on_call(2)
+third_call_race = _wrong_on_call(3)   # the call on other inputs (the inputs rolled by one)
+fourth_call_race = _wrong_on_call(4)  # the first inputs again, after that call
 
 
 def ulp_jitter(gm, example_inputs):

@@ -281,3 +281,6 @@ DYNAMO_TAPS: dict[str, Callable[[torch.fx.Graph, torch.fx.Node, Any], torch.fx.N
     "max_pool2d": _pool_indices, "max_pool2d_with_indices": _getitem(1),
     "hardtanh": _clipped(-1.0, 1.0, True), "hardtanh_": _clipped(-1.0, 1.0, True), "relu6": _clipped(0.0, 6.0, False),
 }
+# the taps of `Selecting` decisions: a near-tie there moves a whole row (a token routed to another expert),
+# not one element
+SELECTING_TAPS = frozenset({"topk", "sort", "max", "min", "argsort", "argmax", "argmin"})

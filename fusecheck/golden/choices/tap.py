@@ -22,9 +22,9 @@ def _name(node: torch.fx.Node) -> str | None:
     return None
 
 
-def decision_nodes(gm: torch.fx.GraphModule) -> list[str]:
-    """Names of the graph's decision nodes (what `tap_graph` would tap)."""
-    return [n.name for n in gm.graph.nodes if _name(n) in DYNAMO_TAPS]
+def decision_nodes(gm: torch.fx.GraphModule, among=DYNAMO_TAPS) -> list[str]:
+    """Names of the graph's decision nodes (what `tap_graph` would tap), of the kinds `among` names."""
+    return [n.name for n in gm.graph.nodes if _name(n) in among]
 
 
 def tap_graph(gm: torch.fx.GraphModule) -> int:

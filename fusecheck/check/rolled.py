@@ -1,0 +1,134 @@
+"""The compiled call on other inputs (the inputs rolled by one), judged like every produced result.
+
+Why: the stale-result probe calls the compiled model once on rolled inputs; a race or a counter-keyed bug
+that fires on that call would otherwise escape, since only the first inputs have a golden. Eager runs once
+on the same rolled inputs, and each compiled result is compared with eager's as it arrives (nothing kept).
+
+The rule needs no golden of its own. For any golden g on the rolled inputs, rmse(c - g) >= rmse(c - e) -
+rmse(e - g) (the triangle inequality), and eager's error on the same values rolled is estimated by its error
+on the first inputs, sigma_e. So where rmse(c - e) > (R + 1) sigma_e (R: the policy's RMSE ratio), compiled
+is worse than R x eager on that call whatever the golden there. Two guards keep a correct compile quiet: the
+bound is at least R x the first call's own compiled-eager distance (rmse(c1 - e1): the same kernels on the
+same values), and the elements beyond the bound must be more than R x as many as on the first call, beyond
+chance (the Poisson test of the count checks; counted on power-of-two bins, the same way for both calls), so
+that a few near-tie flips (a relu at 0, a routing tie), whose O(1) differences alone can lift an RMSE, never
+fail a row. What it cannot see: a call wrong on a few elements only, or by less than ~3x eager's RMSE.
+
+Also here: results that ignore their inputs (the compiled call on rolled inputs repeated the first call's
+bits while eager's result moved beyond tolerance).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fusecheck.compare import Comparison, Status, Verdict, compare
+from fusecheck.compare.verdict import _count_significantly_worse
+from fusecheck.policy import Policy
+
+CALL = "the compiled call on other inputs (the inputs rolled by one)"
+
+
+# |c - e| by power of two: bin b holds differences in [2^(b - OFFSET - 1), 2^(b - OFFSET)); bin 0 exact
+# agreement, the last bin NaN/Inf where only one side has it
+OFFSET, BINS = 1100, 2200
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class RolledStats:
+    """Compiled against eager on the rolled inputs, one result: the RMSE of the finite differences and their
+    power-of-two histogram."""
+    rmse: float
+    hist: torch.Tensor
+    numel: int
+
+
+def distance(c: torch.Tensor, e: torch.Tensor) -> RolledStats:
+    """rmse(c - e) and the histogram of |c - e|, in fp64, a chunk at a time (no full-size temporary)."""
+    hist = torch.zeros(BINS, dtype=torch.int64)
+    sq, finite = 0.0, 0
+    for cc, ee in zip(c.reshape(-1).split(CHUNK), e.reshape(-1).split(CHUNK)):
+        cc, ee = cc.double(), ee.to(cc.device).double()
+        same = (cc == ee) | (cc.isnan() & ee.isnan())
+        d = torch.where(same, 0.0, (cc - ee).abs())
+        ok = d.isfinite()
+        sq += float(torch.where(ok, d, 0.0).square().sum())
+        finite += int(ok.sum())
+        exp = torch.frexp(torch.where(ok, d, 0.0))[1].long() + OFFSET
+        b = torch.where(d == 0, 0, torch.where(ok, exp.clamp(1, BINS - 2), BINS - 1))
+        hist += torch.bincount(b, minlength=BINS).cpu()
+    return RolledStats((sq / finite) ** 0.5 if finite else 0.0, hist, c.numel())
+
+
+def beyond(hist: torch.Tensor, bound: float) -> int:
+    """Elements whose bin lies wholly above `bound` (the NaN/Inf bin included)."""
+    if bound <= 0:
+        return int(hist[1:].sum())
+    first = math.ceil(math.log2(bound)) + 1 + OFFSET  # 2^(b - OFFSET - 1) >= bound
+    return int(hist[max(1, min(first, BINS - 1)):].sum())
+
+
+class RolledScreen:
+    """Each compiled result of the rolled call against eager's on the same inputs, as it arrives."""
+
+    def __init__(self, eager: dict[str, torch.Tensor]):
+        self.eager = eager
+        self.stats: dict[str, RolledStats] = {}
+
+    def add(self, name: str, t: torch.Tensor) -> None:
+        e = self.eager.get(name)
+        if not (isinstance(e, torch.Tensor) and isinstance(t, torch.Tensor)) or e.shape != t.shape \
+                or e.dtype != t.dtype or not t.is_floating_point() or t.numel() == 0:
+            return
+        self.stats[name] = distance(t, e)
+
+    def drop(self, names) -> None:
+        """Results the run could not hand over whole (a gradient accumulated twice): no statistic."""
+        for n in names:
+            self.stats.pop(n, None)
+
+
+def rolled_call_verdict(row: Comparison, stats: RolledStats, c1: torch.Tensor, e1: torch.Tensor,
+                        policy: Policy) -> Verdict | None:
+    """A FAIL where the rolled call is worse than eager whatever its golden (module docstring); None: quiet.
+    `c1`, `e1`: the first call's results, counted against the same bound."""
+    first, eager_err = row.vs_reference, row.reference_vs_golden
+    if first is None or eager_err is None or not row.passed or c1.shape != e1.shape:
+        return None
+    ratios = policy.ratios
+    r = ratios.small_tensor_rmse if stats.numel < ratios.small_tensor_numel else ratios.rmse
+    bound = max((r + 1) * eager_err.rmse, r * first.rmse)
+    if stats.rmse <= bound:
+        return None
+    ours, theirs = beyond(stats.hist, bound), beyond(distance(c1, e1).hist, bound)
+    if not _count_significantly_worse(ours, 0, theirs, r, ratios):
+        return None
+    return Verdict(Status.FAIL, "rolled_call_worse",
+                   f"{CALL} differs from eager's call on the same inputs by RMSE {stats.rmse:.3g}, beyond the bound "
+                   f"{bound:.3g} ({r + 1:g}x eager's own RMSE against the golden, {eager_err.rmse:.3g}, and {r:g}x "
+                   f"the first call's distance to eager, {first.rmse:.3g}), on {ours} of {stats.numel} elements "
+                   f"against {theirs} on the first inputs: on that call compiled is worse than {r:g}x eager "
+                   f"whatever the golden there")
+
+
+def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, unchanged: set[str]) -> dict[str, str]:
+    """Results whose compiled call on the rolled inputs gave the first call's very bits while eager's result
+    moved beyond the policy's tolerance between the same two inputs: an artifact that returns its first result
+    forever (a cache keyed on nothing) is right on every call the golden judges, and only this tells. A result
+    the roll does not change (a max over the rolled dimension, a mean that moves by rounding) keeps eager
+    within tolerance and is not named."""
+    out = {}
+    for k in sorted(unchanged):
+        e1, e2 = eager_first.get(k), eager_rolled.get(k)
+        if not (isinstance(e1, torch.Tensor) and isinstance(e2, torch.Tensor)) or e1.shape != e2.shape \
+                or e1.dtype != e2.dtype:
+            continue
+        row = compare(e2.to(e1.device), e1, policy=policy, name=k)
+        if row.vs_reference is not None and row.vs_reference.mismatches > 0:
+            out[k] = (f"{CALL} returned the first call's very bits, while eager's result moved beyond tolerance "
+                      f"({int(row.vs_reference.mismatches)} of {e1.numel()} elements): the compiled artifact "
+                      f"ignores its inputs (a result cache keyed on nothing, an output buffer never rewritten)")
+    return out

@@ -1,0 +1,94 @@
+"""The rolled call's rule (fusecheck/check/rolled.py) on drawn data: it fails a call worse than eager whatever
+the golden, and stays quiet on a correct compile's distance to eager and on a few near-tie flips."""
+import pytest
+import torch
+
+from fusecheck.check.rolled import RolledScreen, beyond, distance, rolled_call_verdict
+from fusecheck.compare import compare
+from fusecheck.policy import Policy
+
+POLICY = Policy()
+
+
+def _noisy(g: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+    return (g.double() + sigma * torch.randn(g.shape, generator=gen, dtype=torch.float64)).float()
+
+
+def _first_row(seed: int, n: int, sigma: float, compiled_sigma: float):
+    """The first call judged: eager and compiled each off the golden by their own noise."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(n, generator=gen, dtype=torch.float64)
+    c1, e1 = _noisy(g, compiled_sigma, gen), _noisy(g, sigma, gen)
+    return (compare(c1, e1, g, policy=POLICY, name="output"), c1, e1), gen
+
+
+def _verdict(first, c3, e3):
+    row, c1, e1 = first
+    return rolled_call_verdict(row, _stats(c3, e3), c1, e1, POLICY)
+
+
+def _stats(c3: torch.Tensor, e3: torch.Tensor):
+    screen = RolledScreen({"output": e3})
+    screen.add("output", c3)
+    return screen.stats["output"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n", [16, 1000, 100_000])
+def test_a_correct_compile_on_rolled_inputs_stays_quiet(seed, n):
+    """Compiled at up to the RMSE limit (2x eager's noise), on other data of the same kind: no verdict."""
+    sigma = 1e-4
+    c_sigma = sigma * (1 + seed % 3 * 0.4)
+    first, gen = _first_row(seed, n, sigma, c_sigma)
+    assert first[0].passed, first[0].verdict.message
+    g3 = torch.randn(n, generator=gen, dtype=torch.float64)
+    c3, e3 = _noisy(g3, c_sigma, gen), _noisy(g3, sigma, gen)
+    flips = torch.randperm(n, generator=gen)[:3]  # near-tie flips: a few elements O(1) apart
+    c3[flips] += 1.0
+    assert _verdict(first, c3, e3) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [128, 100_000])
+def test_a_rolled_call_worse_than_eager_fails(seed, n):
+    """20% off on every fourth element, and 4x eager's noise everywhere (8x below the policy's small-tensor
+    size, whose RMSE ratio is 3): both fail."""
+    sigma = 1e-4
+    first, gen = _first_row(seed, n, sigma, sigma)
+    g3 = torch.randn(n, generator=gen, dtype=torch.float64)
+    e3 = _noisy(g3, sigma, gen)
+    hit = torch.arange(n) % 4 == 0
+    for c3 in (torch.where(hit, e3 * 1.2, e3), _noisy(g3, (4 if n >= 1000 else 8) * sigma, gen)):
+        v = _verdict(first, c3, e3)
+        assert v is not None and v.code == "rolled_call_worse" and not v.passed
+
+
+def test_a_row_that_fails_already_or_has_no_golden_keeps_its_verdict():
+    (row, c1, e1), gen = _first_row(0, 1000, 1e-4, 1e-4)
+    e3 = torch.randn(1000, generator=gen)
+    stats = _stats(e3 * 2, e3)
+    assert rolled_call_verdict(row, stats, c1, e1, POLICY) is not None
+    no_golden = compare(c1, e1, policy=POLICY, name="output")
+    assert no_golden.reference_vs_golden is None and rolled_call_verdict(no_golden, stats, c1, e1, POLICY) is None
+    failing = compare(c1 * 3, e1, e1.double(), policy=POLICY, name="output")
+    assert not failing.passed and rolled_call_verdict(failing, stats, c1, e1, POLICY) is None
+
+
+def test_the_distance_counts_every_element_once_by_its_power_of_two():
+    c = torch.tensor([1.0, 1.0, float("nan"), float("inf"), 0.0, 5.0])
+    e = torch.tensor([1.0, 1.5, float("nan"), float("inf"), float("nan"), 1.0])
+    d = distance(c, e)
+    assert int(d.hist.sum()) == 6 and int(d.hist[0]) == 3  # equal, both NaN, both +Inf
+    assert beyond(d.hist, 0.5) == 3 and beyond(d.hist, 0.6) == 2 and beyond(d.hist, 1e300) == 1  # NaN vs 0 last
+    assert d.rmse == pytest.approx(((0.25 + 16) / 5) ** 0.5)
+
+
+def test_the_screen_skips_what_it_cannot_compare_and_drops_partial_gradients():
+    screen = RolledScreen({"a": torch.ones(3), "b": torch.ones(3), "i": torch.ones(3, dtype=torch.int64)})
+    screen.add("a", torch.ones(4))                       # another shape (data-dependent)
+    screen.add("i", torch.ones(3, dtype=torch.int64))    # not floating: no golden-free rule for it
+    screen.add("missing", torch.ones(3))
+    screen.add("b", torch.ones(3) * 2)
+    assert set(screen.stats) == {"b"} and screen.stats["b"].rmse == 1.0
+    screen.drop(["b"])
+    assert screen.stats == {}
