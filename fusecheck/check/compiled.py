@@ -144,13 +144,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     try:
         eager_rolled = p.run(p.case.model, case=other, cotangents=None)
         park(eager_rolled, p.device)
-        selects = [n for g in capture.graphs[:graphs] for n in decision_nodes(g.gm, SELECTING_TAPS)]
-        screen = RolledScreen({} if selects else eager_rolled.all(keys))
-        if selects:
-            p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) is judged by its bits only "
-                           f"(stale or ignored inputs), not against eager's call: the model selects "
-                           f"({', '.join(selects[:3])}), and a near-tie there moves whole rows with no golden to "
-                           f"follow it on those inputs")
+        screen = _rolled_screen(p, capture.graphs[:graphs], eager_rolled.all(keys))
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
         rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
         screen.drop(rolled.lost)
@@ -169,6 +163,22 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
+
+
+def _rolled_screen(p: Pipeline, graphs, eager_rolled: dict) -> RolledScreen:
+    """What the rolled call is judged on. A decision at a near-tie has no golden to follow on those inputs: a
+    selection (topk routing, sort, argmax) moves whole output rows, so nothing is screened; the others (relu,
+    max-pool, clipping) are continuous in their forward value and move gradients only, so only gradients are
+    left out. Said in a note."""
+    selects = [n for g in graphs for n in decision_nodes(g.gm, SELECTING_TAPS)]
+    routes = [n for g in graphs for n in decision_nodes(g.gm)] if p.opts.train else []
+    if not (selects or routes):
+        return RolledScreen(eager_rolled)
+    what = "is judged by its bits only (stale or ignored inputs)" if selects else "is judged on its outputs only"
+    p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) {what}, not against eager's call: "
+                   f"the model takes discrete decisions ({', '.join((selects or routes)[:3])}) whose near-ties have no "
+                   f"golden to follow on those inputs")
+    return RolledScreen({} if selects else eager_rolled, gradients=False)
 
 
 def _graph_breaks() -> dict[str, int]:

@@ -94,6 +94,17 @@ def test_the_calls_around_other_inputs_are_judged_too(race, code, train):
         assert "inputs rolled by one" in failed[0].verdict.message
 
 
+def test_decisions_narrow_what_the_rolled_call_is_judged_on():
+    """A relu or max-pool near-tie moves gradients with no golden to follow on the rolled inputs: there the
+    rolled call's outputs are judged, its gradients not; a selection (top-k) moves whole rows: bits only."""
+    r = check("models/conv_bn_relu.py:build", backend=PLANTED + "third_call_race", train=True)
+    failed = {row.name: row.verdict.code for row in r.rows if not row.passed}
+    assert r.exit_code == 1 and failed == {"output": "rolled_call_worse"}, failed
+    assert any("is judged on its outputs only" in n for n in r.notes)
+    quiet = check("tests/planted/cases.py:routed", backend="aot_eager", train=True)
+    assert quiet.exit_code == 0 and any("is judged by its bits only" in n for n in quiet.notes)
+
+
 @pytest.mark.parametrize("target,train", [("all_inf", False), ("inf_and_nan", False), ("inf_gradient", True)])
 def test_no_finite_value_anywhere_is_exit_2(target, train):
     r = check(f"tests/planted/cases.py:{target}", backend="aot_eager", train=train)

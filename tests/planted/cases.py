@@ -118,6 +118,24 @@ def max_over_last_dim():
     return (MaxOverLastDim(), torch.randn(8, 33))
 
 
+class Routed(nn.Module):
+    """Each row keeps its two largest features (a top-k selection, as a router's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = self.proj(x)
+        vals, idx = h.topk(2, dim=-1)
+        return torch.zeros_like(h).scatter(-1, idx, vals)
+
+
+def routed():
+    torch.manual_seed(0)
+    return (Routed(), torch.randn(16, 32))
+
+
 def builder_returns_none():
     return None
 
