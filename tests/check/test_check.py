@@ -94,6 +94,15 @@ def test_the_calls_around_other_inputs_are_judged_too(race, code, train):
         assert "inputs rolled by one" in failed[0].verdict.message
 
 
+@pytest.mark.parametrize("backend,code", [("baked_first_mask", 1), ("aot_eager", 0)])
+def test_a_mask_baked_from_the_first_call_fails_on_the_rolled_call(backend, code):
+    """Only the rolled call sees another mask: judged against eager's call there, a stale mask fails."""
+    r = check("tests/planted/cases.py:masked_scores", backend=(PLANTED + backend) if code else backend)
+    assert r.exit_code == code, [(row.name, row.verdict.code) for row in r.rows]
+    if code:
+        assert r.rows[0].verdict.code == "rolled_call_worse"
+
+
 def test_decisions_narrow_what_the_rolled_call_is_judged_on():
     """A relu or max-pool near-tie moves gradients with no golden to follow on the rolled inputs: there the
     rolled call's outputs are judged, its gradients not; a selection (top-k) moves whole rows: bits only."""

@@ -241,6 +241,20 @@ third_call_race = _wrong_on_call(3)   # the call on other inputs (the inputs rol
 fourth_call_race = _wrong_on_call(4)  # the first inputs again, after that call
 
 
+def baked_first_mask(gm, example_inputs):
+    """Keeps the integer/bool inputs (masks, ids) of its first call as constants: a stale mask baked into a
+    capture. Right on the first inputs, wrong wherever the mask changes (found by a red team, 2026-12-05)."""
+    baked = {}
+
+    def run(*args):
+        args = list(args)
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex()):
+                args[i] = baked.setdefault(i, a.clone())
+        return gm(*args)
+    return run
+
+
 def ulp_jitter(gm, example_inputs):
     """Nondeterministic but harmless: every other call moves one element by one ULP (like atomic adds
     landing in another order). Both runs are as accurate as eager."""

@@ -136,6 +136,26 @@ def routed():
     return (Routed(), torch.randn(16, 32))
 
 
+class MaskedScores(nn.Module):
+    """Attention-like scores with a padding mask given as an input."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x, pad):
+        h = self.proj(x)
+        scores = (h @ h.transpose(-1, -2)).masked_fill(pad[:, None, :], float("-inf"))
+        return scores.softmax(-1) @ h
+
+
+def masked_scores():
+    torch.manual_seed(0)
+    pad = torch.zeros(2, 8, dtype=torch.bool)
+    pad[0, 5:] = True
+    return (MaskedScores(), (torch.randn(2, 8, 16), pad))
+
+
 def builder_returns_none():
     return None
 
