@@ -63,11 +63,27 @@ class GoldenFallback(TorchDispatchMode):
                 out = func(*low_args, **low_kwargs)
             except Exception:
                 raise exc from None
-            self.fell_back.setdefault(str(func.overloadpacket.__name__), str(exc).splitlines()[0][:160])
+            why = str(exc).splitlines()[0][:160]
+            mixed = _floating_dtypes((args, kwargs)) - {self.golden}
+            if mixed:  # the op has a kernel: an operand arrived in a lower dtype (the model cast it)
+                why = "mixed: " + ", ".join(sorted(str(d).removeprefix("torch.") for d in mixed))
+            self.fell_back.setdefault(str(func.overloadpacket.__name__), why)
             return _recast(out, self.fallback, self.golden)
 
     def notes(self) -> list[str]:
         fb = str(self.fallback).removeprefix("torch.")
         gd = str(self.golden).removeprefix("torch.")
-        return [f"golden: {op} has no {gd} kernel here ({why}); it ran in {fb}, so the golden is only {fb}-precise "
-                f"through it" for op, why in sorted(self.fell_back.items())]
+        return [_note(op, why, gd, fb) for op, why in sorted(self.fell_back.items())]
+
+
+def _note(op: str, why: str, gd: str, fb: str) -> str:
+    if why.startswith("mixed: "):
+        return (f"golden: {op} received {gd} operands beside {why.removeprefix('mixed: ')} ones (the model casts "
+                f"inside its forward, e.g. `x.float()` or `.to(weight.dtype)` with a constant dtype); it ran in "
+                f"{fb}, so the golden is only {fb}-precise through it")
+    return f"golden: {op} has no {gd} kernel here ({why}); it ran in {fb}, so the golden is only {fb}-precise through it"
+
+
+def _floating_dtypes(tree: Any) -> set[torch.dtype]:
+    return {x.dtype for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor) and x.is_floating_point()
+            and x.dim() > 0}

@@ -88,3 +88,24 @@ def test_golden_that_cannot_run_is_a_tool_error_not_a_verdict(capsys):
 def test_a_target_failing_in_eager_is_bad_input(capsys):
     assert main(["check", f"{__file__}:uses_bf16_only", "--backend", "eager", "--dtype", "fp32"]) == 2
     assert "fails in eager mode" in capsys.readouterr().err
+
+
+class CastsItsInput(torch.nn.Module):
+    """`x.float()` before a layer: in the fp64 golden the layer meets an fp32 activation beside fp64 weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x.float())
+
+
+def test_a_fallback_caused_by_the_models_own_cast_is_named_as_such():
+    """addmm has an fp64 kernel: the note says an operand arrived cast, not that the kernel is missing."""
+    with GoldenFallback(torch.float64) as fb:
+        torch.nn.Linear(4, 4).double()(torch.randn(2, 4, dtype=torch.float64).float())
+    assert fb.notes() and "received float64 operands beside float32 ones" in fb.notes()[0]
+    assert "has no float64 kernel" not in fb.notes()[0]
+    r = run_check(Case(CastsItsInput(), (torch.randn(4, 8),), "casts_input"), backend="aot_eager")
+    assert r.status == "PASS" and any("the model casts inside its forward" in n for n in r.notes), r.notes
