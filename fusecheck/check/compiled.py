@@ -141,13 +141,22 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         return {}, {}, {}, {}
     graphs = len(capture.graphs)
     keys = tuple(eager.first.after)
+
+    def eager_call() -> dict:
+        run = p.run(p.case.model, case=other, cotangents=None)
+        park(run, p.device)
+        return run.all(keys)
     try:
-        eager_rolled = p.run(p.case.model, case=other, cotangents=None)
-        park(eager_rolled, p.device)
-        screen = _rolled_screen(p, capture.graphs[:graphs], eager_rolled.all(keys))
+        screen = _rolled_screen(p, capture.graphs[:graphs])
+        # eager first where the rolled call is screened against it; else only if some result did not move
+        eager_rolled = eager_call() if p.agree(screen.screens) else None
+        screen.eager = (eager_rolled or {}) if screen.screens else {}  # a peer may screen where this rank does not
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
         rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
         screen.drop(rolled.lost)
+        unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
+        if eager_rolled is None and p.agree(bool(unchanged)):
+            eager_rolled = eager_call()
     except Exception as exc:
         if p.passes_through(exc):
             raise
@@ -156,8 +165,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         return {}, {}, {}, {}
     finally:
         del capture.graphs[graphs:]
-    unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
-    ignoring = ignoring_inputs(p.policy, eager.first.all(keys), eager_rolled.all(keys), unchanged)
+    ignoring = ignoring_inputs(p.policy, eager.first.all(keys), eager_rolled, unchanged) if eager_rolled else {}
     del eager_rolled, screen.eager
     third = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
@@ -165,7 +173,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
 
 
-def _rolled_screen(p: Pipeline, graphs, eager_rolled: dict) -> RolledScreen:
+def _rolled_screen(p: Pipeline, graphs) -> RolledScreen:
     """What the rolled call is judged on. A decision at a near-tie has no golden to follow on those inputs: a
     selection (topk routing, sort, argmax) moves whole output rows, so nothing is screened; the others (relu,
     max-pool, clipping) are continuous in their forward value and move gradients only, so only gradients are
@@ -173,12 +181,12 @@ def _rolled_screen(p: Pipeline, graphs, eager_rolled: dict) -> RolledScreen:
     selects = [n for g in graphs for n in decision_nodes(g.gm, SELECTING_TAPS)]
     routes = [n for g in graphs for n in decision_nodes(g.gm)] if p.opts.train else []
     if not (selects or routes):
-        return RolledScreen(eager_rolled)
+        return RolledScreen()
     what = "is judged by its bits only (stale or ignored inputs)" if selects else "is judged on its outputs only"
     p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) {what}, not against eager's call: "
                    f"the model takes discrete decisions ({', '.join((selects or routes)[:3])}) whose near-ties have no "
                    f"golden to follow on those inputs")
-    return RolledScreen({} if selects else eager_rolled, gradients=False)
+    return RolledScreen(gradients=False, screens=not selects)
 
 
 def _graph_breaks() -> dict[str, int]:

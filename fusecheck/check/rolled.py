@@ -13,7 +13,8 @@ same values), and the elements beyond the bound must be more than R x as many as
 chance (the Poisson test of the count checks; counted on power-of-two bins, the same way for both calls), so
 that a few near-tie flips (a relu at 0), whose O(1) differences alone can lift an RMSE, never fail a row. A
 model with discrete decisions is screened less (compiled.py `_rolled_screen`): bf16 ties are common, and a
-selection (routing) moves whole rows, a relu or max-pool tie moves gradients, each with no golden to follow. What it cannot see: a call wrong on a few elements only, or by less than ~3x eager's RMSE.
+selection (routing) moves whole rows, a relu or max-pool tie moves gradients, each with no golden to follow.
+What it cannot see: a call wrong on a few elements only, or by less than ~3x eager's RMSE.
 
 Also here: results that ignore their inputs (the compiled call on rolled inputs repeated the first call's
 bits while eager's result moved beyond tolerance).
@@ -75,8 +76,9 @@ def beyond(hist: torch.Tensor, bound: float) -> int:
 class RolledScreen:
     """Each compiled result of the rolled call against eager's on the same inputs, as it arrives."""
 
-    def __init__(self, eager: dict[str, torch.Tensor], gradients: bool = True):
-        self.eager, self.gradients = eager, gradients
+    def __init__(self, eager: dict[str, torch.Tensor] | None = None, gradients: bool = True, screens: bool = True):
+        # `screens`: False where nothing is screened (eager's call is then needed only for `ignoring_inputs`)
+        self.eager, self.gradients, self.screens = eager or {}, gradients, screens
         self.stats: dict[str, RolledStats] = {}
 
     def add(self, name: str, t: torch.Tensor) -> None:

@@ -190,6 +190,18 @@ def _taking_grads(params: dict[str, torch.Tensor], take: Callable[[str, torch.Te
             h.remove()
 
 
+def digest_kept(name: str, t: torch.Tensor, differs_from: dict[str, Digest] | None,
+                differing: dict[str, torch.Tensor], each: Callable[[str, torch.Tensor], None] | None) -> Digest:
+    """A repeat run's result as its digest: `each` sees it first, and it is kept in full in `differing` where
+    its digest differs from `differs_from`'s (to be judged)."""
+    if each is not None:
+        each(name, t)
+    d = digest(t)
+    if differs_from is not None and differs_from.get(name) != d:
+        differing[name] = t
+    return d
+
+
 def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
              cotangents: dict[str, torch.Tensor] | None = None, seed: int = 0,
              state: StateSnapshot | None = None, digests_only: bool = False,
@@ -240,14 +252,7 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     lost: list[str] = []
 
     def kept(name: str, t: torch.Tensor) -> Any:
-        if not digests_only:
-            return t
-        if each is not None:
-            each(name, t)
-        d = digest(t)
-        if differs_from is not None and differs_from.get(name) != d:
-            differing[name] = t
-        return d
+        return digest_kept(name, t, differs_from, differing, each) if digests_only else t
     grads: dict[str, Any] = {}
     if train:
         cots = cotangents if cotangents is not None else make_cotangents(outputs, seed)

@@ -38,7 +38,7 @@ from fusecheck.devices import resolve_device
 from fusecheck.runs.digest import digest
 from fusecheck.distributed.worker import backend_raised
 from fusecheck.errors import TargetError
-from fusecheck.runs.execute import RunResult, run_once
+from fusecheck.runs.execute import RunResult, digest_kept, run_once
 from fusecheck.runs.cast import cast_model, cast_tree
 from fusecheck.policy import Policy
 from fusecheck.check.precision_notes import pinned_fp32, pinned_note
@@ -66,11 +66,7 @@ def run_sharded(fn, case: Case, *, train: bool, cotangents, seed: int, digests_o
         if p.grad is not None:
             g = _local(p.grad).detach().clone()
             if digests_only:
-                if each is not None:
-                    each(f"grad.{name}", g)
-                d = result.digests[f"grad.{name}"] = digest(g)
-                if differs_from is not None and differs_from.get(f"grad.{name}") != d:
-                    result.differing[f"grad.{name}"] = g
+                result.digests[f"grad.{name}"] = digest_kept(f"grad.{name}", g, differs_from, result.differing, each)
             else:
                 result.grads[f"grad.{name}"] = g
             p.grad = None
