@@ -12,6 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.case import Case
+from fusecheck.runs.attributes import cast_attributes
 
 
 COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64}
@@ -34,9 +35,11 @@ def _cast_tensor(t: torch.Tensor, dtype: torch.dtype | None, device) -> torch.Te
 
 def cast_model(model: Any, dtype: torch.dtype | None, device: str | torch.device | None) -> Any:
     """`Module.to(dtype)` casts complex buffers to a real dtype, dropping their imaginary part (a RoPE
-    `freqs_cis` buffer): the golden then computed another function. Each tensor is cast by its kind instead."""
+    `freqs_cis` buffer): the golden then computed another function. Each tensor is cast by its kind instead,
+    plain tensor attributes (module state outside the buffers) with the buffers."""
     if isinstance(model, torch.nn.Module):
-        return model._apply(lambda t: _cast_tensor(t, dtype, device))
+        model = model._apply(lambda t: _cast_tensor(t, dtype, device))
+        cast_attributes(model, lambda t: _cast_tensor(t, dtype, device))
     return model
 
 

@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 
 from fusecheck.case import Case, TargetError
 from fusecheck.errors import NoTensorsReturned
+from fusecheck.runs.attributes import AttributeState, attribute_tensors
 from fusecheck.runs.digest import Digest, digest
 from fusecheck.runs.cast import cast_tree
 
@@ -47,15 +48,22 @@ def module_tensors(model: Any) -> dict[str, torch.Tensor]:
             **dict(model.named_buffers(remove_duplicate=False))}
 
 
+def read_tensors(model: Any) -> dict[str, torch.Tensor]:
+    """Every tensor the model reads besides its inputs: parameters, buffers and plain tensor attributes (what
+    the streamed golden must see in fp64 wherever it is read)."""
+    return {**module_tensors(model), **attribute_tensors(model)}
+
+
 # Parameters larger than this are not copied to reset them between runs (that would double the model's memory):
 # their digest proves they did not change, and a model that changes them in place is refused at that size.
 FULL_COPY_PARAM_BYTES = 256 << 20
 
 
 class StateSnapshot:
-    """The module state every run starts from: buffers copied, parameters copied when small. A large
-    parameter is only watched through its version counter (every in-place write bumps it): copying it would
-    double the model's memory and reading it to digest it costs a pass over the model per run."""
+    """The module state every run starts from: buffers and plain tensor attributes (runs/attributes.py)
+    copied, parameters copied when small. A large parameter is only watched through its version counter (every
+    in-place write bumps it): copying it would double the model's memory and reading it to digest it costs a
+    pass over the model per run."""
 
     def __init__(self, case: Case):
         tensors = module_tensors(case.model)
@@ -64,9 +72,10 @@ class StateSnapshot:
         copy_params = param_bytes <= FULL_COPY_PARAM_BYTES
         self.values = {k: v.detach().clone() for k, v in tensors.items() if k in buffers or copy_params}
         self.versions = {k: (id(v), v._version) for k, v in tensors.items() if k not in self.values}
+        self.attributes = AttributeState(case.model)
 
     def __bool__(self) -> bool:
-        return bool(self.values or self.versions)
+        return bool(self.values or self.versions or self.attributes)
 
     def changed(self, key: str, now: torch.Tensor) -> bool:
         if key in self.values:
@@ -97,6 +106,22 @@ class StateSnapshot:
                     case.model.get_submodule(owner)._buffers[leaf] = saved.clone()
                 else:
                     v.copy_(saved)
+        self.attributes.restore(case.model)
+
+    def after(self, model: Any) -> dict[str, tuple[torch.Tensor, bool]]:
+        """Each state tensor after a call, with whether the call changed it (a large parameter, unchanged, is
+        left out: refused if written)."""
+        found = {}
+        for k, v in module_tensors(model).items():
+            if k in self.versions:
+                self.refuse_if_written(k, v)
+                continue  # unchanged large parameter: not a result, never read again
+            found[k] = (v, True) if self.changed(k, v) else (self.values[k], False)
+        for k, v in attribute_tensors(model).items():
+            saved = self.attributes.values.get(k)
+            moved = saved is None or _changed(v, saved)
+            found[k] = (v, True) if moved else (saved, False)
+        return found
 
 
 def state_snapshot(case: Case) -> StateSnapshot:
@@ -290,16 +315,11 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
                 if _changed(now.detach(), before.detach()):
                     mutated.append(key)
     if state:
-        for k, v in module_tensors(model).items():
+        for k, (v, moved) in state.after(model).items():
             key = f"mutated.state.{k}"
-            if k in state.versions:
-                state.refuse_if_written(k, v)
-                continue  # unchanged large parameter: not a result, never read again
-            if state.changed(k, v):
-                after[key] = kept(key, v.detach().clone())
+            after[key] = kept(key, v.detach().clone() if moved else v)
+            if moved:
                 mutated.append(key)
-            else:
-                after[key] = kept(key, state.values[k])
     outs = {k: kept(k, v.detach().clone()) for k, v in outputs.items()}  # an output may alias a buffer the next run resets
     if digests_only:
         return RunResult({}, {}, cots if train else None, {}, tuple(mutated), tuple(skipped),

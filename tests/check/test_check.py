@@ -216,11 +216,23 @@ def test_a_model_reading_its_own_cache_is_judged_from_the_same_state_everywhere(
 @pytest.mark.parametrize("target,mutated", [("tests/planted/cases.py:mutates_input", "mutated.input[0]"),
                                             ("tests/planted/cases.py:mutates_buffer", "mutated.state.running"),
                                             ("tests/planted/cases.py:cache_non_persistent", "mutated.state.cache"),
-                                            ("tests/planted/cases.py:writes_kwarg", "mutated.kwargs['out']")])
+                                            ("tests/planted/cases.py:writes_kwarg", "mutated.kwargs['out']"),
+                                            ("tests/planted/cases.py:attribute_ema", "mutated.state.ema")])
 def test_lost_in_place_update_fails(target, mutated):
     r = check(target, backend=PLANTED + "drop_mutations")
     row = next(row for row in r.rows if row.name == mutated)
     assert not row.passed and r.status == "FAIL"
+
+
+@pytest.mark.parametrize("target,state", [("tests/planted/cases.py:attribute_ema", "mutated.state.ema"),
+                                          ("tests/planted/cases.py:attribute_cache", "mutated.state.k_cache")])
+def test_state_in_plain_attributes_is_reset_between_runs_and_judged(target, state):
+    """A cache or EMA held in a plain attribute (not a buffer) was neither reset nor judged: eager drifted
+    between its runs, was called nondeterministic, and that drift absorbed a +0.3 shift (PASS)."""
+    r = check(target, backend="aot_eager")
+    assert r.passed and r.eager_repeatable and state in {row.name for row in r.rows}
+    bad = check(target, backend=PLANTED + "shift_outputs")
+    assert bad.status == "FAIL" and bad.rows[0].verdict.code == "worse_than_eager"
 
 
 def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():

@@ -398,3 +398,38 @@ class LengthFromInput(nn.Module):
 def length_from_input():
     torch.manual_seed(0)
     return Case(LengthFromInput(), (torch.randn(6, 8), torch.tensor([5, 3, 2])), "length_from_input")
+
+
+class AttributeEma(nn.Module):
+    """A running statistic held in a plain tensor attribute (not a buffer), updated in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.ema = torch.zeros(5)
+
+    def forward(self, x):
+        self.ema.mul_(0.9).add_(0.1 * x.mean(0))
+        return x * 2 + self.ema
+
+
+class AttributeCache(nn.Module):
+    """A cache reassigned to a plain attribute each call (`self.k_cache = k`): read on the next call when it
+    exists, created by the first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        k = self.proj(x)
+        prev = getattr(self, "k_cache", None)
+        self.k_cache = k
+        return k if prev is None else k + prev
+
+
+def attribute_ema():
+    return Case(AttributeEma(), (torch.randn(8, 5),), "attribute_ema")
+
+
+def attribute_cache():
+    return Case(AttributeCache(), (torch.randn(4, 8),), "attribute_cache")

@@ -24,6 +24,8 @@ a golden that upcasts one piece at a time unless it is as general as a whole-mod
   golden computes too (its semantics are the reference), not a leak
 - `complex_buffer`: a complex64 RoPE buffer at the root applied through `view_as_complex` (torchtitan's
   `freqs_cis`): `Module.to(float64)` would drop its imaginary part, so the golden must cast it to complex128
+- `attr_tensor`: a floating tensor held as a plain attribute (not a buffer) in each block and at the root,
+  read inside and outside the blocks (module state `named_buffers` does not list)
 - `vocab`: 11 (the embedding is smaller than a block: upcast for the whole run) or 16 (streamed)
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ from fusecheck.case import Case
 
 PATTERNS = ("dtype_outside", "self_dtype", "finfo", "shared", "twice", "glob", "buffers", "param_arg", "autocast",
             "hooks", "fp32_residual", "type_as", "root_head", "hard_bf16", "cross_ref", "nested_unit",
-            "complex_buffer")
+            "complex_buffer", "attr_tensor")
 HIDDEN, SEQ, N_BLOCKS = 8, 6, 3
 
 
@@ -62,6 +64,7 @@ class Recipe:
     cross_ref: bool = False
     nested_unit: bool = False
     complex_buffer: bool = False
+    attr_tensor: bool = False
     vocab: int = 11
 
     @property
@@ -80,7 +83,7 @@ def recipe(seed: int) -> Recipe:
 
 
 class Block(torch.nn.Module):
-    def __init__(self, hidden: int, buffers: bool):
+    def __init__(self, hidden: int, buffers: bool, attr_tensor: bool = False):
         super().__init__()
         self.norm = torch.nn.LayerNorm(hidden)
         self.fc = torch.nn.Linear(hidden, hidden)
@@ -89,6 +92,7 @@ class Block(torch.nn.Module):
             self.register_buffer("scale", 1 + 0.05 * torch.randn(hidden))
         else:
             self.scale = None
+        self.offset = 0.05 * torch.randn(hidden) if attr_tensor else None
         self.peer: list = []  # plain attributes: not submodules, not parameters of this block
         self.mix: list = []
 
@@ -98,6 +102,8 @@ class Block(torch.nn.Module):
             y = y * self.scale
         if extra is not None:
             y = y + extra
+        if self.offset is not None:
+            y = y + self.offset
         if self.peer:  # another block's parameter, reached from inside this one
             y = y + 0.1 * self.peer[0]
         if self.mix:  # a piece of its own (larger than a block: streamed), called inside this one
@@ -109,7 +115,7 @@ class FamilyModel(torch.nn.Module):
     def __init__(self, r: Recipe):
         super().__init__()
         self.r = r
-        blocks = [Block(HIDDEN, r.buffers) for _ in range(N_BLOCKS)]
+        blocks = [Block(HIDDEN, r.buffers, r.attr_tensor) for _ in range(N_BLOCKS)]
         if r.glob:  # registered first, so that the first parameter (self.dtype) is a block's
             for i, b in enumerate(blocks):
                 setattr(self, f"block{i}", b)
@@ -132,6 +138,8 @@ class FamilyModel(torch.nn.Module):
                                            torch.nn.Linear(2 * HIDDEN, HIDDEN))
             for b in blocks:
                 b.mix.append(self.mix)
+        if r.attr_tensor:
+            self.root_offset = 0.05 * torch.randn(HIDDEN)
         if r.complex_buffer:
             self.register_buffer("freqs", torch.polar(torch.ones(SEQ, HIDDEN // 2), torch.randn(SEQ, HIDDEN // 2)))
         if r.hooks:
@@ -180,6 +188,8 @@ class FamilyModel(torch.nn.Module):
             h = scores.masked_fill(causal, low).softmax(-1) @ h
         if r.buffers:
             h = h * self.root_scale
+        if r.attr_tensor:
+            h = h + self.root_offset
         if r.hard_bf16:
             h = h.to(torch.bfloat16).to(h.dtype)
         h = self.out_norm(h.to(self.out_norm.weight.dtype))

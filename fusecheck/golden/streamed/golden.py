@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from fusecheck.runs.execute import module_tensors
+from fusecheck.runs.execute import read_tensors
 from fusecheck.golden.streamed.guard import Guard, StreamedLeak
 from fusecheck.golden.streamed.internal import internal
 from fusecheck.golden.streamed.plan import BlockPlan
@@ -180,7 +180,7 @@ class StreamedGolden(contextlib.AbstractContextManager):
         self._patched: list[torch.nn.Module] = []
         self._resident: list[dict] = []
         self.stack: list[tuple[_Runner, str]] = []  # the piece (and phase) running now; empty at the root
-        self.guard = Guard(module_tensors(model), dtype, device, self._substitute) if guard else None
+        self.guard = Guard(read_tensors(model), dtype, device, self._substitute) if guard else None
 
     def __enter__(self) -> "StreamedGolden":
         try:

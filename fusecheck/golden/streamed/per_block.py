@@ -16,7 +16,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusecheck.compare import Comparison, compare
-from fusecheck.runs.execute import flatten_outputs, module_tensors
+from fusecheck.runs.execute import flatten_outputs, read_tensors
 from fusecheck.runs.cast import cast_tree
 from fusecheck.runs.memory import is_oom
 from fusecheck.policy import Policy
@@ -120,8 +120,8 @@ def judge_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.devi
     The model's other tensors (`model`'s, else the other blocks') are guarded as in the streamed golden: a
     block that reads them sees their fp64 copies; one whose replay cannot be made equal to the whole copy's
     (or fails) is not judged per block, and its verdict says why."""
-    tensors = module_tensors(model) if model is not None else {
-        f"{n}.{k}": t for n, b in recorder.blocks for k, t in module_tensors(b).items()}
+    tensors = read_tensors(model) if model is not None else {
+        f"{n}.{k}": t for n, b in recorder.blocks for k, t in read_tensors(b).items()}
     verdicts = []
     for name, block in recorder.blocks:
         call = recorder.calls.get(name)
