@@ -79,6 +79,60 @@ def kernel_table(fn, repeat: int) -> list[str]:
                                                                     for us, n, name in rows[:12]), ""]
 
 
+# functions timed inclusive of what they call (--stages): module, attribute
+STAGES = [("fusecheck.compare", "compare"), ("fusecheck.compare.scale", "applied_thresholds"),
+          ("fusecheck.compare.scale", "finite_abs_max"), ("fusecheck.compare", "multi_pair_metrics"),
+          ("fusecheck.compare.cores", "walk"), ("fusecheck.compare.cores.triton_core", "_raw_partials"),
+          ("fusecheck.compare.cores.triton_core", "_assemble"), ("fusecheck.compare.metrics", "finalize"),
+          ("fusecheck.compare.metrics", "_unpack"), ("fusecheck.compare", "judge"),
+          ("fusecheck.compare.cores.torch_core", "params"), ("fusecheck.compare.host", "to_host"),
+          ("triton.runtime.jit", "JITFunction.run"), ("torch", "Tensor.tolist"), ("torch", "Tensor.sum"),
+          ("torch", "Tensor.amax"), ("torch", "cat"), ("torch", "empty"), ("torch", "tensor")]
+
+
+def stage_table(fn, repeat: int) -> list[str]:
+    """Inclusive host time per compare() call of each function in STAGES (wrapped with a clock; the device
+    is idle before each call, so a function that synchronises includes its wait)."""
+    import importlib
+
+    spent: dict[str, list[float]] = {}
+    undo = []
+
+    def wrap(owner, attr, label):
+        real = getattr(owner, attr)
+
+        def timed_call(*a, **k):
+            t = time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                spent.setdefault(label, []).append(time.perf_counter() - t)
+        setattr(owner, attr, timed_call)
+        undo.append((owner, attr, real))
+    for module, dotted in STAGES:
+        try:
+            owner = importlib.import_module(module)
+            *path, attr = dotted.split(".")
+            for p in path:
+                owner = getattr(owner, p)
+            if hasattr(owner, attr):
+                wrap(owner, attr, f"{module}.{dotted}")
+        except (ImportError, AttributeError, TypeError):
+            continue
+    try:
+        fn()
+        spent.clear()
+        for _ in range(repeat):
+            torch.cuda.synchronize()
+            fn()
+        torch.cuda.synchronize()
+    finally:
+        for owner, attr, real in reversed(undo):
+            setattr(owner, attr, real)
+    return ["", "  host time per compare() call, inclusive (calls per compare):",
+            *(f"  {sum(v) / repeat * 1e6:9.1f} us  x{len(v) / repeat:g}  {k}" for k, v in spent.items()), ""]
+
+
 def assert_close(res, ref, tol):
     try:
         torch.testing.assert_close(res, ref, rtol=tol, atol=tol)
@@ -94,6 +148,8 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="a size whose compare() is profiled function by function")
     ap.add_argument("--kernels", action="store_true",
                     help="list each device kernel's time per compare() call (torch.profiler, CUDA)")
+    ap.add_argument("--stages", action="store_true",
+                    help="host time per compare() of each stage, inclusive (functions wrapped with a clock; CUDA)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dev, policy = args.device, Policy()
@@ -125,6 +181,8 @@ def main() -> None:
         print(lines[-1], flush=True)
         if args.kernels and dev == "cuda":
             lines += kernel_table(lambda: compare(res, ref, g, policy=policy), args.repeat)
+        if args.stages and dev == "cuda":
+            lines += stage_table(lambda: compare(res, ref, g, policy=policy), args.repeat)
         if args.profile and int(float(args.profile)) == size:
             prof = cProfile.Profile()
             prof.enable()

@@ -91,6 +91,10 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "numel": ("elements compared", lambda a: a["numel"]),
     "bitwise_equal": ("elements with identical bits (same dtype only, else -1)", lambda a: a["bits_equal"]),
 }
+# the flat keys of the per-octave entries, made once (a compare finalizes three pairs of 80 each)
+_VECTOR_KEYS = {name: [f"{name}.{i}" for i in range(acc.size)] for name, acc in ACCUMULATORS.items() if acc.size > 1}
+
+
 # Per-octave values are flat scalar keys too (`octave_n.3`, `octave_max_abs.3`), so that a per-key worst of
 # two eager runs stays per octave; JSON rows leave them out (OCTAVE_PREFIX).
 OCTAVE_PREFIX = "octave_"
@@ -114,11 +118,11 @@ class Metrics:
 
     def octaves(self) -> dict[int, tuple[int, float]]:
         """Non-empty octaves: index (0 = just above the small-value threshold) -> (elements, max abs error)."""
-        out = {}
-        for i in range(OCTAVES):
-            n = int(self.values.get(f"octave_n.{i}", 0))
+        values, out = self.values, {}
+        for i, (count, top) in enumerate(zip(_VECTOR_KEYS["octave_n"], _VECTOR_KEYS["octave_max_abs"])):
+            n = int(values.get(count, 0))
             if n:
-                out[i] = (n, self.values[f"octave_max_abs.{i}"])
+                out[i] = (n, values[top])
         return out
 
     def summary(self) -> dict[str, float]:
@@ -143,9 +147,8 @@ def octave_base(small_threshold: float) -> int:
 
 def finalize(reduced: dict) -> Metrics:
     values = {name: float(fn(reduced)) for name, (_, fn) in METRICS.items()}
-    for name, acc in ACCUMULATORS.items():
-        if acc.size > 1:
-            values.update({f"{name}.{i}": float(v) for i, v in enumerate(reduced[name])})
+    for name, keys in _VECTOR_KEYS.items():
+        values.update(zip(keys, map(float, reduced[name])))
     return Metrics(values)
 
 

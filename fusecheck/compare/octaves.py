@@ -70,6 +70,7 @@ def _chance_ratio(n: int, alpha: float) -> float:
     return math.exp(hi)
 
 
+@functools.lru_cache(maxsize=None)
 def unit_roundoff(dtype: torch.dtype | None) -> float:
     """Half an ULP at 1 (2^-24 for fp32, 2^-9 for bf16): no correct run is held to less."""
     if dtype is None or not (dtype.is_floating_point or dtype.is_complex):

@@ -373,6 +373,28 @@ def test_a_large_tensor_on_cuda_matches_the_per_pair_core():
         _same(want[key].values, got[key].values, key)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="direct launches exist on CUDA only (the interpreter takes Triton's path)")
+def test_direct_launches_give_what_tritons_own_launch_path_gives(monkeypatch):
+    """After the first launch per signature the kernels are launched through their compiled handles; both
+    paths must give the same partials, bit for bit, also for an unaligned view (another signature)."""
+    monkeypatch.setattr(triton_core, "_compiled", {})
+    monkeypatch.setattr(triton_core, "_direct", [True])
+    g, ref, res = _values((1 << 20) + 9, torch.bfloat16, torch.Generator().manual_seed(4))
+    base = [t.to(DEVICE) for t in (res, ref, g)]
+    fp, ip = _params(torch.bfloat16, 2.0 ** -20, 1e-5)
+    fc, ints = triton_core._fconsts(fp, DEVICE), tuple(ip.tolist())
+    for view in (slice(0, None), slice(1, None)):  # aligned, then 2-byte offset
+        raws = [t[view] for t in base]
+        first = triton_core._raw_partials(raws, PAIRS, fc, ints)
+        direct = triton_core._raw_partials(raws, PAIRS, fc, ints)
+        monkeypatch.setattr(triton_core, "_direct", [False])
+        own = triton_core._raw_partials(raws, PAIRS, fc, ints)
+        monkeypatch.setattr(triton_core, "_direct", [True])
+        assert triton_core._compiled and triton_core._direct[0]
+        assert torch.equal(direct, own) and torch.equal(first, own)
+
+
 def test_no_program_runs_more_tiles_than_its_16_bit_counts_hold():
     for n in (1, 10**6, 2**31 + 5, 2**34):
         tiles = -(-n // triton_core.BLOCK)

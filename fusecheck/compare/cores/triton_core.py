@@ -155,123 +155,187 @@ def _ulp_safe(ints: tuple[int, int, int]) -> bool:
     return mant - min_eb <= 1023
 
 
-def _outputs(progs: int, npairs: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """One launch's per-program partials: counts, tensor counts, sums, maxima, octave counts and maxima."""
-    return (torch.empty(progs, npairs, len(COUNTS), dtype=torch.int32, device=device),
-            torch.empty(progs, 3, len(TENSOR_COUNTS), dtype=torch.int32, device=device),
-            torch.empty(progs, npairs, len(SUMS), dtype=torch.float64, device=device),
-            torch.empty(progs, npairs, len(MAXES), dtype=torch.float64, device=device),
-            torch.empty(progs, npairs, OCT_BINS, dtype=torch.int32, device=device),
-            torch.empty(progs, npairs, OCT_BINS, dtype=torch.float64, device=device))
+# Triton's launch path binds and specialises every argument on every call: about 40 us of host time per
+# launch of these kernels (~45 arguments) on the H100's host, more than the kernels take at a million elements
+# (benchmarks/compare_overhead.py --stages). A kernel already compiled for a signature is launched directly
+# through its compiled handle; the key holds what Triton specialises these arguments on (constexpr values,
+# tensor dtypes and 16-byte alignment, the width of the unspecialised ints). Anything unexpected (another
+# Triton, the interpreter) takes Triton's own path, and keeps taking it.
+DIRECT_ENV = "FUSECHECK_TRITON_DIRECT"  # "0": every launch through Triton's own path
+_compiled: dict = {}
+_direct = [os.environ.get(DIRECT_ENV, "1") != "0"]
+
+
+def _signature(kernel, args: tuple, device: int) -> tuple:
+    key = [id(kernel), device]
+    for param, a in zip(kernel.params, args):
+        if param.is_constexpr:
+            key.append(a)
+        elif isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif isinstance(a, bool) or not isinstance(a, int) or not param.do_not_specialize:
+            return ()  # an argument Triton specialises otherwise: its own path decides
+        else:
+            key.append(-2 ** 31 <= a < 2 ** 31)
+    return tuple(key)
+
+
+def launch(kernel, grid: int, args: tuple, options: dict) -> None:
+    """kernel[(grid,)](*args, **options), directly through the compiled kernel when one exists for the
+    arguments' signature (CUDA)."""
+    if not _direct[0] or not args[0].is_cuda:
+        kernel[(grid,)](*args, **options)
+        return
+    try:
+        device = torch.cuda.current_device()
+        key = _signature(kernel, args, device) + tuple(sorted(options.items()))
+        compiled = _compiled.get(key)
+        if compiled is None:
+            compiled = kernel[(grid,)](*args, **options)
+            if len(key) > len(options) and hasattr(compiled, "packed_metadata"):
+                _compiled[key] = compiled
+            return
+        run = compiled.run
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        run(grid, 1, 1, stream, compiled.function, compiled.packed_metadata,
+            compiled.launch_metadata((grid, 1, 1), stream, *args), *_hooks(), *args)
+    except Exception as e:  # noqa: BLE001 - whatever the internals changed: Triton's own path from now on
+        _direct[0] = False
+        warnings.warn(f"fusecheck: direct Triton launch unavailable ({type(e).__name__}: {e}); using Triton's "
+                      "launch path")
+        kernel[(grid,)](*args, **options)
+
+
+def _hooks() -> tuple:
+    from triton import knobs
+
+    return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+
+
+class _Layout:
+    """Where each partial lies: per program, one int32 row (WI: counts of every pair, the tensor counts, the
+    octave counts) and one fp64 row (WF: sums, maxima, octave maxima of every pair); reduced over programs,
+    the three sections (int sums, fp64 sums, fp64 maxima) concatenate to one vector, followed by three
+    constants (the element count, -1, 0). Each accumulator entry of pair p is `vec[plus] - vec[minus]`
+    (`minus` the constant 0 except for counts kept as complements): one gather on the host, not a Python
+    loop over entries."""
+
+    def __init__(self, pairs: tuple[tuple[int, int], ...], same: tuple[bool, ...]):
+        self.pairs, self.same, npairs = pairs, same, len(pairs)
+        nc, nt = len(COUNTS), len(TENSOR_COUNTS)
+        self.wi = npairs * (nc + OCT_BINS) + 3 * nt
+        self.wf = npairs * (len(SUMS) + len(MAXES) + OCT_BINS)
+        # offsets within a program's rows (the kernels' pointer arguments), then within the reduced vector
+        self.cnt, self.tcnt, self.hist = 0, npairs * nc, npairs * nc + 3 * nt
+        self.sums, self.maxes = 0, npairs * len(SUMS)
+        self.omax = self.maxes + npairs * len(MAXES)
+        self.numel = self.wi + self.wf
+        self.minus_one, self.zero = self.numel + 1, self.numel + 2
+        plus, minus = [], []
+        for p in range(npairs):
+            for name in ACCUMULATORS:
+                for entry in ENTRIES[name](self, p):
+                    i, j = entry if isinstance(entry, tuple) else (entry, self.zero)
+                    plus.append(i)
+                    minus.append(j)
+        self.plus, self.minus = torch.tensor(plus), torch.tensor(minus)
+
+    def count(self, p: int, name: str) -> int:
+        return self.cnt + p * len(COUNTS) + COUNTS.index(name)
+
+    def complement(self, p: int, name: str) -> tuple[int, int]:
+        """n_finite minus a count (rel_lt_c = n_finite - rel_ge_c)."""
+        return self.count(p, "n_finite"), self.count(p, name)
+
+    def tensor(self, p: int, side: int, name: str) -> int:
+        return self.tcnt + len(TENSOR_COUNTS) * self.pairs[p][side] + TENSOR_COUNTS.index(name)
+
+    def sum(self, p: int, name: str) -> int:
+        return self.wi + self.sums + p * len(SUMS) + SUMS.index(name)
+
+    def max(self, p: int, name: str) -> int:
+        return self.wi + self.maxes + p * len(MAXES) + MAXES.index(name)
+
+    def octaves(self, section: str, p: int) -> list[int]:
+        base = self.hist if section == "hist" else self.wi + self.omax
+        return [base + p * OCT_BINS + b for b in range(OCTAVES)]
+
+    def entries(self, vec: torch.Tensor, n: int) -> torch.Tensor:
+        """[pairs, entries] from the reduced vector (on the host)."""
+        ext = torch.cat([vec, torch.tensor([float(n), -1.0, 0.0], dtype=torch.float64)])
+        return (ext[self.plus] - ext[self.minus]).view(len(self.pairs), -1)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(pairs: tuple[tuple[int, int], ...], same: tuple[bool, ...]) -> _Layout:
+    return _Layout(pairs, same)
+
+
+# accumulator -> its entries for pair p: a vector index, or (plus, minus) for a difference (every ACCUMULATORS
+# name: a KeyError names one that is missing)
+ENTRIES = {
+    **{name: (lambda n: lambda lay, p: [lay.count(p, n)])(name)
+       for name in COUNTS if name in ACCUMULATORS and name != "bits_equal"},
+    **{name: (lambda n: lambda lay, p: [lay.sum(p, n)])(name) for name in SUMS},
+    **{name: (lambda n: lambda lay, p: [lay.max(p, n)])(name) for name in MAXES},
+    "numel": lambda lay, p: [lay.numel],
+    "a_nonfinite": lambda lay, p: [lay.tensor(p, 0, "nonfinite")],
+    "b_nonfinite": lambda lay, p: [lay.tensor(p, 1, "nonfinite")],
+    "b_nan": lambda lay, p: [lay.tensor(p, 1, "nan")],
+    "n_big": lambda lay, p: [lay.complement(p, "small_n")],
+    "rel_lt_1e-3": lambda lay, p: [lay.complement(p, "rel_ge_1e-3")],
+    "rel_lt_5e-3": lambda lay, p: [lay.complement(p, "rel_ge_5e-3")],
+    "bits_equal": lambda lay, p: [lay.count(p, "bits_equal") if lay.same[p] else lay.minus_one],
+    "octave_n": lambda lay, p: lay.octaves("hist", p),
+    "octave_max_abs": lambda lay, p: lay.octaves("omax", p),
+}
 
 
 def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int],
                   stats: dict | None = None) -> torch.Tensor:
     """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order.
     With the fast pass on: the fast kernel over every tile, then the exact kernel over the tiles it listed;
-    their per-program partials are reduced together (each tile counted once). `stats` (tests, benchmarks)
+    their per-program rows are reduced together (each tile counted once). `stats` (tests, benchmarks)
     receives the number of tiles and of listed tiles."""
     exact, _ = _kernels()
     device, n = raws[0].device, raws[0].numel()
     progs = _programs(n, device, BLOCK, PROGRAMS_PER_SM)
     tiles_per_prog = _cdiv(_cdiv(n, BLOCK), progs)
     npairs = len(pairs)
+    lay = _layout(tuple(pairs), tuple(raws[a].dtype == raws[b].dtype for a, b in pairs))
     xs = list(raws) + [raws[-1]] * (3 - len(raws))
     spec = []
-    for ia, ib in list(pairs) + [pairs[0]] * (3 - npairs):
-        spec += [ia, ib, raws[ia].dtype == raws[ib].dtype]
-    shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), ints[2] < EXACT_LOG_BELOW)
+    for (ia, ib), same in zip(list(pairs) + [pairs[0]] * (3 - npairs), lay.same + lay.same[:1] * (3 - npairs)):
+        spec += [ia, ib, same]
+    shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), lay.wi, lay.wf,
+             ints[2] < EXACT_LOG_BELOW)
     options = dict(num_warps=NUM_WARPS, **_launch_options(device))
     fast = fast_pass()
-    # both launches' per-program rows in one set of outputs (the fast kernel's first): reduced together below
-    outputs = _outputs(progs * (1 + fast), npairs, device)
+    rows = progs * (1 + fast)  # both launches' rows (the fast kernel's first), reduced together
+    # one int32 allocation: the rows, then the fast kernel's tile list and per-program list lengths
+    ints_out = torch.empty(rows * lay.wi + (progs * tiles_per_prog + progs) * fast + 1, dtype=torch.int32,
+                           device=device)
+    floats = torch.empty(rows * lay.wf, dtype=torch.float64, device=device)
+    listed = ints_out[rows * lay.wi:rows * lay.wi + progs * tiles_per_prog]
+    count = ints_out[rows * lay.wi + progs * tiles_per_prog:][:max(progs * fast, 1)]
+
+    def sections(row0: int) -> tuple[torch.Tensor, ...]:
+        i, f = row0 * lay.wi, row0 * lay.wf
+        return (ints_out[i + lay.cnt:], ints_out[i + lay.tcnt:], floats[f + lay.sums:], floats[f + lay.maxes:],
+                ints_out[i + lay.hist:], floats[f + lay.omax:])
     with _on(device):
         if fast:
-            listed = torch.empty(progs * tiles_per_prog, dtype=torch.int32, device=device)
-            count = torch.empty(progs, dtype=torch.int32, device=device)
-            _fast_kernel()[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[:progs] for o in outputs), listed,
-                                     count, *shape, _ulp_safe(ints), **options)
-        else:
-            listed = count = torch.empty(1, dtype=torch.int32, device=device)
-        exact[(progs,)](*xs, n, fconsts, *ints, tiles_per_prog, *(o[-progs:] for o in outputs), listed, count,
-                        *shape, fast, **options)
+            launch(_fast_kernel(), progs, (*xs, n, fconsts, *ints, tiles_per_prog, *sections(0), listed, count,
+                                           *shape, _ulp_safe(ints)), options)
+        launch(exact, progs, (*xs, n, fconsts, *ints, tiles_per_prog, *sections(rows - progs), listed, count,
+                              *shape, fast), options)
     if stats is not None:
         stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
-    cnt, tcnt, sums, maxes, hist, omax = outputs
-    # reduced over programs on the device (one sum per accumulator type: each launch costs as much as the
-    # kernels at a million elements), one transfer, then the entries assembled from Python floats on the host
-    rows = cnt.shape[0]
-    counts = torch.cat([cnt.view(rows, -1), tcnt.view(rows, -1), hist[:, :, :OCTAVES].reshape(rows, -1)], 1)
-    counts = counts.sum(0, dtype=torch.int64).double()
-    highs = torch.cat([maxes.view(rows, -1), omax[:, :, :OCTAVES].reshape(rows, -1)], 1).amax(0)
-    c, t, m = npairs * len(COUNTS), 3 * len(TENSOR_COUNTS), npairs * len(MAXES)
-    flat = torch.cat([counts, sums.view(rows, -1).sum(0), highs]).tolist()
-    nc = c + t + npairs * OCTAVES  # back in _Parts' order: counts, tensor counts, sums, maxima, octave n, max
-    ns = npairs * len(SUMS)
-    reduced = flat[:c + t] + flat[nc:nc + ns] + flat[nc + ns:nc + ns + m] + flat[c + t:nc] + flat[nc + ns + m:]
-    parts = _Parts(n, pairs, raws, reduced, npairs)
-    return torch.tensor([[v for name in ACCUMULATORS for v in _values(ENTRIES[name](parts, p))]
-                         for p in range(npairs)], dtype=torch.float64)
-
-
-def _values(entry) -> list[float]:
-    return entry if isinstance(entry, list) else [entry]
-
-
-class _Parts:
-    """The reduced kernel outputs of one chunk as Python floats, looked up by name (ENTRIES)."""
-
-    def __init__(self, n, pairs, raws, flat: list[float], npairs: int):
-        self.n, self.pairs, self.raws = n, pairs, raws
-        sizes = {"cnt": npairs * len(COUNTS), "tcnt": 3 * len(TENSOR_COUNTS), "sums": npairs * len(SUMS),
-                 "maxes": npairs * len(MAXES), "hist": npairs * OCTAVES, "omax": npairs * OCTAVES}
-        start = 0
-        for kind, size in sizes.items():
-            setattr(self, kind, flat[start:start + size])
-            start += size
-
-    def at(self, kind: str, row: int, col: int, width: int) -> float:
-        return getattr(self, kind)[row * width + col]
-
-    def count(self, p, name):
-        return self.at("cnt", p, COUNTS.index(name), len(COUNTS))
-
-    def tensor(self, p, side, name):
-        return self.at("tcnt", self.pairs[p][side], TENSOR_COUNTS.index(name), len(TENSOR_COUNTS))
-
-    def octaves(self, kind, p):
-        return getattr(self, kind)[p * OCTAVES:(p + 1) * OCTAVES]
-
-
-def _from(kind: str, table: tuple):
-    def get(parts: _Parts, p: int, name: str) -> float:
-        return parts.at(kind, p, table.index(name), len(table))
-    return get
-
-
-def _named(get, name):
-    return lambda parts, p: get(parts, p, name)
-
-
-# accumulator -> its value (a float, or a list of floats per octave) for pair p from the reduced kernel
-# outputs (every ACCUMULATORS name: a KeyError names one that is missing)
-ENTRIES = {
-    **{name: _named(_from("cnt", COUNTS), name) for name in COUNTS if name in ACCUMULATORS and name != "bits_equal"},
-    **{name: _named(_from("sums", SUMS), name) for name in SUMS},
-    **{name: _named(_from("maxes", MAXES), name) for name in MAXES},
-    "numel": lambda parts, p: float(parts.n),
-    "a_nonfinite": lambda parts, p: parts.tensor(p, 0, "nonfinite"),
-    "b_nonfinite": lambda parts, p: parts.tensor(p, 1, "nonfinite"),
-    "b_nan": lambda parts, p: parts.tensor(p, 1, "nan"),
-    "n_big": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "small_n"),
-    "rel_lt_1e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_1e-3"),
-    "rel_lt_5e-3": lambda parts, p: parts.count(p, "n_finite") - parts.count(p, "rel_ge_5e-3"),
-    "bits_equal": lambda parts, p: (parts.count(p, "bits_equal")
-                                    if parts.raws[parts.pairs[p][0]].dtype == parts.raws[parts.pairs[p][1]].dtype
-                                    else -1.0),
-    "octave_n": lambda parts, p: parts.octaves("hist", p),
-    "octave_max_abs": lambda parts, p: parts.octaves("omax", p),
-}
+    # reduced over programs on the device: one op per section kind, one transfer
+    iv = ints_out[:rows * lay.wi].view(rows, lay.wi)
+    fv = floats.view(rows, lay.wf)
+    vec = torch.cat([iv.sum(0, dtype=torch.int64), fv[:, :lay.maxes].sum(0), fv[:, lay.maxes:].amax(0)]).cpu()
+    return lay.entries(vec, n)
 
 
 def _fconsts(fparams: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -405,8 +469,8 @@ def _abs_max(xs: list[torch.Tensor]) -> float:
     progs = _programs(n, device, block, ABS_MAX_PROGRAMS_PER_SM)
     out = torch.empty(progs, dtype=torch.float64, device=device)
     with _on(device):
-        kernel[(progs,)](xs[0], xs[-1], n, _cdiv(_cdiv(n, block), progs), out, len(xs), block,
-                         num_warps=ABS_MAX_WARPS)
+        launch(kernel, progs, (xs[0], xs[-1], n, _cdiv(_cdiv(n, block), progs), out, len(xs), block),
+               {"num_warps": ABS_MAX_WARPS})
     return float(out.max())
 
 

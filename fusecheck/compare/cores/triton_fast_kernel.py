@@ -103,13 +103,13 @@ def _new_records(t, d, ulp, bside, tiny, slack):
 
 
 @triton.jit
-def _store_fast(c, ordinary, s, t, hist, omax, tsq_a, tsq_b, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row,
-                NC: tl.constexpr, OB: tl.constexpr):
+def _store_fast(c, ordinary, s, t, hist, omax, tsq_a, tsq_b, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j,
+                NC: tl.constexpr, OB: tl.constexpr, WI: tl.constexpr, WF: tl.constexpr):
     """This program's partials of one pair, in partials_kernel's layout (_store_pair)."""
     c = (c[0] + ordinary,) + c[1:]  # every lane of an ordinary tile is finite in both: n_finite, no NaN mismatch
     zf = tl.zeros_like(s[0])  # the records as lanes: their maximum over lanes is themselves
     _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]), hist,
-                omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row, NC, OB)
+                omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j, NC, OB, WI, WF)
 
 
 @triton.jit
@@ -128,8 +128,8 @@ def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                 NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                 S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
                 A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
-                OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, EXACT_LOG: tl.constexpr,
-                ULP_SAFE: tl.constexpr):
+                OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, WI: tl.constexpr, WF: tl.constexpr,
+                EXACT_LOG: tl.constexpr, ULP_SAFE: tl.constexpr):
     """partials_kernel's outputs over this program's ordinary tiles; the others' indices go to
     list_ptr[pid * tiles_per_prog:] and their number to count_ptr[pid]."""
     pid = tl.program_id(0)
@@ -209,17 +209,16 @@ def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                                                  _pick(v0, v1, v2, B2), bs2, consts, S2, OB)
                     if not SHARE:  # else the same elements per octave as pair 1 (stored from h1)
                         h2 += tl.histogram(bs2[1], OB, mask=bs2[3])
-    row = pid * NPAIRS
     _store_fast(c0, ordinary, s0, t0, h0, o0, _pick(q0, q1, q2, A0), _pick(q0, q1, q2, B0), cnt_ptr, sum_ptr,
-                max_ptr, hist_ptr, omax_ptr, row, NC, OB)
+                max_ptr, hist_ptr, omax_ptr, pid, 0, NC, OB, WI, WF)
     if NPAIRS > 1:
         _store_fast(c1, ordinary, s1, t1, h1, o1, _pick(q0, q1, q2, A1), _pick(q0, q1, q2, B1), cnt_ptr, sum_ptr,
-                    max_ptr, hist_ptr, omax_ptr, row + 1, NC, OB)
+                    max_ptr, hist_ptr, omax_ptr, pid, 1, NC, OB, WI, WF)
     if NPAIRS > 2:
         if SHARE:
             h2 = h1
         _store_fast(c2, ordinary, s2, t2, h2, o2, _pick(q0, q1, q2, A2), _pick(q0, q1, q2, B2), cnt_ptr, sum_ptr,
-                    max_ptr, hist_ptr, omax_ptr, row + 2, NC, OB)
+                    max_ptr, hist_ptr, omax_ptr, pid, 2, NC, OB, WI, WF)
     for k in tl.static_range(6):
-        tl.store(tcnt_ptr + pid * 6 + k, 0)
+        tl.store(tcnt_ptr + pid * WI + k, 0)
     tl.store(count_ptr + pid, listed)

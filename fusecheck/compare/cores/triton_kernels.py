@@ -142,18 +142,21 @@ def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_ato
 
 
 @triton.jit
-def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row,
-                NC: tl.constexpr, OB: tl.constexpr):
+def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j,
+                NC: tl.constexpr, OB: tl.constexpr, WI: tl.constexpr, WF: tl.constexpr):
+    """Pair j's partials into program pid's row of the int32 and fp64 outputs (WI and WF entries per program;
+    the pointers are the row's sections, triton_core._Layout), so that one torch reduction per buffer and
+    kind finishes them over programs."""
     for k in tl.static_range(4):
-        _store_two(cnt_ptr + row * NC + 2 * k, c[k])
-    tl.store(cnt_ptr + row * NC + 8, tl.sum(c[4], axis=0))
+        _store_two(cnt_ptr + pid * WI + j * NC + 2 * k, c[k])
+    tl.store(cnt_ptr + pid * WI + j * NC + 8, tl.sum(c[4], axis=0))
     for k in tl.static_range(len(s)):
-        tl.store(sum_ptr + row * len(s) + k, tl.sum(s[k], axis=0))
+        tl.store(sum_ptr + pid * WF + j * len(s) + k, tl.sum(s[k], axis=0))
     for k in tl.static_range(len(m)):
-        tl.store(max_ptr + row * len(m) + k, tl.max(m[k], axis=0))
+        tl.store(max_ptr + pid * WF + j * len(m) + k, tl.max(m[k], axis=0))
     bins = tl.arange(0, OB)
-    tl.store(hist_ptr + row * OB + bins, hist)
-    tl.store(omax_ptr + row * OB + bins, omax)
+    tl.store(hist_ptr + pid * WI + j * OB + bins, hist)
+    tl.store(omax_ptr + pid * WF + j * OB + bins, omax)
 
 
 @triton.jit
@@ -193,8 +196,8 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                     S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
                     A2: tl.constexpr, B2: tl.constexpr, S2: tl.constexpr, BLOCK: tl.constexpr,
-                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, EXACT_LOG: tl.constexpr,
-                    LISTED: tl.constexpr):
+                    OCT: tl.constexpr, OB: tl.constexpr, NC: tl.constexpr, WI: tl.constexpr, WF: tl.constexpr,
+                    EXACT_LOG: tl.constexpr, LISTED: tl.constexpr):
     """Per-program partials of up to three pairs (A_i, B_i index x0..x2; S_i: same dtype) over a grid-strided
     range of tiles, or (LISTED) over the count_ptr[pid] tiles that triton_fast_kernel listed for this program.
     Pairs 1 and 2 judged against the same B share its B-side work and, where both sides are finite, one
@@ -285,13 +288,12 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
                     if (records & 8) != 0:
                         h1 += tl.histogram(q1, OB, mask=g1 & ~g2)
                         h2 += tl.histogram(q2, OB, mask=g2 & ~g1)
-    row = pid * NPAIRS
-    _store_pair(c0, s0, m0, h0, o0, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row, NC, OB)
+    _store_pair(c0, s0, m0, h0, o0, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, 0, NC, OB, WI, WF)
     if NPAIRS > 1:
-        _store_pair(c1, s1, m1, h1, o1, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row + 1, NC, OB)
+        _store_pair(c1, s1, m1, h1, o1, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, 1, NC, OB, WI, WF)
     if NPAIRS > 2:
-        _store_pair(c2, s2, m2, h2, o2, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, row + 2, NC, OB)
-    tb = pid * 6
+        _store_pair(c2, s2, m2, h2, o2, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, 2, NC, OB, WI, WF)
+    tb = pid * WI
     _store_two(tcnt_ptr + tb, t0)
     _store_two(tcnt_ptr + tb + 2, t1)
     _store_two(tcnt_ptr + tb + 4, t2)
