@@ -81,6 +81,9 @@ def _config() -> tuple[int, int, int]:
 BLOCK, NUM_WARPS, PROGRAMS_PER_SM = _config()
 # the abs-max pre-pass: a plain streaming max, many elements per thread
 ABS_MAX_BLOCK, ABS_MAX_WARPS, ABS_MAX_PROGRAMS_PER_SM = 2048, 8, 4
+# the reduction over programs: columns per program, rows per step (a few dozen programs, ~17 steps at
+# 8 programs per SM on the H100)
+FINISH_COLS, FINISH_ROWS, FINISH_WARPS = 16, 128, 4
 INTERPRET_PROGRAMS = 3  # the interpreter runs programs one by one: a few exercise the cross-program reduction
 MAX_TILES_PER_PROGRAM = (1 << 16) - 1  # a lane's counts are 16-bit fields
 CHECK_ELEMS = (1 << 16) + 3  # the self-check's prefix: several tiles and a partial one
@@ -105,6 +108,12 @@ def _kernels():
     from fusecheck.compare.cores import triton_kernels
 
     return triton_kernels.partials_kernel, triton_kernels.abs_max_kernel
+
+
+def _finish_kernel():
+    from fusecheck.compare.cores import triton_kernels
+
+    return triton_kernels.finish_kernel
 
 
 def _fast_kernel():
@@ -331,11 +340,13 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
                               *shape, fast), options)
     if stats is not None:
         stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
-    # reduced over programs on the device: one op per section kind, one transfer
-    iv = ints_out[:rows * lay.wi].view(rows, lay.wi)
-    fv = floats.view(rows, lay.wf)
-    vec = torch.cat([iv.sum(0, dtype=torch.int64), fv[:, :lay.maxes].sum(0), fv[:, lay.maxes:].amax(0)]).cpu()
-    return lay.entries(vec, n)
+    # reduced over programs on the device in one launch (finish_kernel), one transfer
+    vec = torch.empty(lay.wi + lay.wf, dtype=torch.float64, device=device)
+    with _on(device):
+        grid = _cdiv(lay.wi, FINISH_COLS) + _cdiv(lay.wf, FINISH_COLS)
+        launch(_finish_kernel(), grid, (ints_out, floats, vec, rows, lay.wi, lay.wf, lay.maxes, FINISH_ROWS,
+                                        FINISH_COLS), {"num_warps": FINISH_WARPS})
+    return lay.entries(vec.cpu(), n)
 
 
 def _fconsts(fparams: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -471,7 +482,7 @@ def _abs_max(xs: list[torch.Tensor]) -> float:
     with _on(device):
         launch(kernel, progs, (xs[0], xs[-1], n, _cdiv(_cdiv(n, block), progs), out, len(xs), block),
                {"num_warps": ABS_MAX_WARPS})
-    return float(out.max())
+    return max(out.tolist())  # one transfer of the per-program maxima, no reduction launch
 
 
 def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:

@@ -315,3 +315,35 @@ def abs_max_kernel(x0, x1, n, tiles_per_prog, out_ptr, NT: tl.constexpr, BLOCK: 
             a1 = tl.abs(tl.load(x1 + offs, mask=valid, other=0.0).to(tl.float64))
             m1 = _max(m1, tl.where(a1 < INF, a1, 0.0))
     tl.store(out_ptr + pid, tl.max(m1, axis=0))
+
+
+@triton.jit(do_not_specialize=("rows",))
+def finish_kernel(ints_ptr, floats_ptr, out_ptr, rows, WI: tl.constexpr, WF: tl.constexpr, NSUM: tl.constexpr,
+                  RB: tl.constexpr, CB: tl.constexpr):
+    """The per-program rows reduced over programs, in one launch and a fixed order (the same sums on every
+    run): out[:WI] the int32 columns' sums, out[WI:WI + NSUM] the fp64 sums, the rest the fp64 maxima (all
+    >= 0, never NaN: _max). The first cdiv(WI, CB) programs take CB int columns each, the others CB fp64
+    columns."""
+    pid = tl.program_id(0)
+    PI: tl.constexpr = (WI + CB - 1) // CB
+    rr = tl.arange(0, RB)
+    if pid < PI:
+        c = pid * CB + tl.arange(0, CB)
+        acc = tl.zeros([CB], tl.int64)
+        for r0 in range(0, rows, RB):
+            r = r0 + rr
+            v = tl.load(ints_ptr + r[:, None].to(tl.int64) * WI + c[None, :],
+                        mask=(r[:, None] < rows) & (c[None, :] < WI), other=0)
+            acc += tl.sum(v.to(tl.int64), axis=0)
+        tl.store(out_ptr + c, acc.to(tl.float64), mask=c < WI)
+    else:
+        c = (pid - PI) * CB + tl.arange(0, CB)
+        s = tl.zeros([CB], tl.float64)
+        m = tl.zeros([CB], tl.float64)
+        for r0 in range(0, rows, RB):
+            r = r0 + rr
+            v = tl.load(floats_ptr + r[:, None].to(tl.int64) * WF + c[None, :],
+                        mask=(r[:, None] < rows) & (c[None, :] < WF), other=0.0)
+            s += tl.sum(v, axis=0)
+            m = _max(m, tl.max(v, axis=0))
+        tl.store(out_ptr + WI + c, tl.where(c < NSUM, s, m), mask=c < WF)
