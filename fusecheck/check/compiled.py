@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 from fusecheck.capture import GraphCapture
 from fusecheck.case import Case
 from fusecheck.check.eager import EagerRuns, rerun
+from fusecheck.check.options import MIN_CALLS
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.check.rolled import RolledScreen, RolledStats, ignoring_inputs
 from fusecheck.golden.choices.follow import Recorder
@@ -86,6 +87,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 again_call = {k: c for k, c in again_call.items() if k not in noisy}
                 again.update({k: v for k, v in stale.items() if k not in again})
                 noisy |= set(again_call)
+                later_calls(p, fn, cotangents, first, again, again_call, noisy)
                 if after is not None:
                     after()
         except Exception as exc:
@@ -108,6 +110,22 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
 
 
 AFTER_OTHER_INPUTS = "third (after a call on other inputs)"
+
+
+def later_calls(p: Pipeline, fn, cotangents, first: dict, again: dict, again_call: dict[str, str],
+                noisy: set) -> None:
+    """Calls 5..--calls on the first inputs: a result whose digest differs from the first call's is kept in
+    `again` (judged against the golden as the second call's would be) under its call's name, the first such
+    call per result."""
+    for call in range(MIN_CALLS + 1, p.opts.calls + 1):
+        later = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
+        moved = {k for k, d in first.items() if later.digests.get(k) != d} - noisy
+        found = {k: v for k, v in later.differing.items() if k in moved}
+        found.update(rerun(p, fn, moved & set(later.lost), "compiled", cotangents, measured=False))
+        again.update(found)
+        again_call.update({k: f"call {call} of {p.opts.calls}" for k in found})
+        noisy |= moved
+        del later
 
 
 def other_inputs(case: Case) -> Case | None:

@@ -13,7 +13,8 @@ from fusecheck.check.compiled import CompiledRuns
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.golden.choices.passes import golden_passes
 from fusecheck.errors import GoldenError
-from fusecheck.golden.fallback import GoldenFallback
+from fusecheck.devices import resolve_dtype
+from fusecheck.golden.fallback import GoldenFallback, eager_precision
 from fusecheck.cli.watchdog import phase
 
 Sink = Callable[[str, torch.Tensor], None]
@@ -36,7 +37,9 @@ def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
                how: str) -> GoldenFallback:
     """Run the golden through every pass; returns the fallback (its notes; the per-block replays use it)."""
     phase(f"running the {p.golden_dtype} golden of {p.name!r} ({how})")
-    fallback = GoldenFallback(p.golden_dtype)
+    requested = p.opts.dtype if isinstance(p.opts.dtype, torch.dtype) or p.opts.dtype is None \
+        else resolve_dtype(p.opts.dtype)
+    fallback = GoldenFallback(p.golden_dtype, run=eager_precision(p.case, requested))
     # rows are judged as the golden produces them: that time is the "judge" phase, not the golden's arithmetic
     judged_before = p.timings.get("judge", 0.0)
     try:

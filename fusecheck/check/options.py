@@ -9,7 +9,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from fusecheck.case import TargetError
+
 GOLDEN_CHOICES = ("auto", "streamed", "whole")
+
+
+# compiled calls a check makes: the first (judged against the golden), a repeat, one on rolled inputs, the first
+# inputs again; --calls adds more on the first inputs (an artifact that goes wrong only after some calls)
+MIN_CALLS = 4
 
 
 @dataclass(frozen=True)
@@ -33,9 +40,13 @@ class CheckOptions:
     golden_device: str | None = None
     block_verdicts: bool = True
     tf32: bool = False
+    calls: int = MIN_CALLS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "toggles", tuple(self.toggles or ()))
+        if not isinstance(self.calls, int) or self.calls < MIN_CALLS:
+            raise TargetError(f"--calls {self.calls!r}: at least {MIN_CALLS} (the first call, a repeat, a call on "
+                              "other inputs, the first inputs again)")
 
     def replace(self, **changes: Any) -> "CheckOptions":
         return dataclasses.replace(self, **changes)

@@ -93,6 +93,10 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the fp64 golden there (e.g. cpu) when one fp64 block does not fit the device")
     p.add_argument("--no-block-verdicts", dest="block_verdicts", action="store_false",
                    help="skip replaying each block on eager's input to it")
+    p.add_argument("--calls", type=int, default=4, metavar="N",
+                   help="compiled calls per check (at least 4: the first, a repeat, one on rolled inputs, the first "
+                        "inputs again); calls 5..N repeat the first inputs, and a result that differs from the "
+                        "first call's is judged against the golden too (an artifact that goes wrong after warm-up)")
     p.add_argument("--tf32", action="store_true",
                    help="keep this process's TF32 settings on CUDA (default: fp32 runs without TF32, so that "
                         "eager and compiled are compared at full fp32)")
@@ -152,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         from fusecheck.report.junit import write_junit
         from fusecheck.report.table import format_report
         from fusecheck.check import run_check
+        from fusecheck.check.options import CheckOptions
         from fusecheck.op.repeated import run_repeats
 
         policy = Policy.load(args.policy)
@@ -163,11 +168,7 @@ def run(args: argparse.Namespace) -> int:
             case = load_target(args.target, seed=seed)
             refuse_meta(case)
             with quiet_compiler_logs(not args.verbose):
-                return run_check(case, backend=args.backend, dtype=args.dtype, device=args.device,
-                                 train=args.train, policy=policy, toggles=toggles, seed=seed,
-                                 golden=args.golden, blocks=args.blocks, regional=args.regional,
-                                 golden_device=args.golden_device, block_verdicts=args.block_verdicts,
-                                 tf32=args.tf32)
+                return run_check(case, CheckOptions.from_args(args, policy=policy, toggles=toggles, seed=seed))
         report = run_repeats(args, check_once)
     diff = diff_against(report, baseline) if baseline is not None else None
     gate = report.exit_code if diff is None or report.exit_code != 1 else (0 if diff.gate_passes else 1)

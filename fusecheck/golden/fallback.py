@@ -44,15 +44,35 @@ class GoldenFallback(TorchDispatchMode):
     # they are (their inner ops are not retried: the HOP's own implementation runs below this mode)
     supports_higher_order_operators = True
 
-    def __init__(self, golden: torch.dtype, fallback: torch.dtype = torch.float32):
+    def __init__(self, golden: torch.dtype, fallback: torch.dtype = torch.float32,
+                 run: torch.dtype | None = None):
         super().__init__()
         self.golden, self.fallback = golden, fallback
         self.fell_back: dict[str, str] = {}  # op name -> the error that made it fall back
+        # `run`: the dtype eager computes in. A cast to a floating dtype at least as precise as it
+        # (`x.float()`, `.to(torch.float32)` in an RMSNorm, `softmax(dtype=torch.float32)`) is an upcast or
+        # nothing in eager; in the golden it would round every value to that dtype, and there the golden
+        # would compute in eager's own precision with eager's own ops (the two then share their rounding,
+        # and a compiled kernel that rounds otherwise looks worse than eager). Such a dtype argument is the
+        # golden's own; a cast to a less precise dtype (a deliberate bf16 round trip in an fp32 model) stays.
+        self.run = run
+        self.kept: dict[str, int] = {}  # "op to dtype" -> casts kept in the golden dtype
+
+    def _keeps(self, dtype: Any) -> bool:
+        return (self.run is not None and isinstance(dtype, torch.dtype) and dtype.is_floating_point
+                and dtype != self.golden and dtype.itemsize < self.golden.itemsize
+                and torch.finfo(dtype).eps <= torch.finfo(self.run).eps)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if isinstance(func, HigherOrderOperator):
             return func(*args, **kwargs)
+        # a golden value converted down (not an allocation: factories, FSDP's and collectives' buffers keep
+        # their dtype; nor an out= buffer)
+        if self._keeps(kwargs.get("dtype")) and not func._schema.is_mutable and _uses(args, self.golden):
+            what = f"{func.overloadpacket.__name__} to {str(kwargs['dtype']).removeprefix('torch.')}"
+            self.kept[what] = self.kept.get(what, 0) + 1
+            kwargs = {**kwargs, "dtype": self.golden}
         try:
             return func(*args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:
@@ -73,7 +93,10 @@ class GoldenFallback(TorchDispatchMode):
     def notes(self) -> list[str]:
         fb = str(self.fallback).removeprefix("torch.")
         gd = str(self.golden).removeprefix("torch.")
-        return [_note(op, why, gd, fb) for op, why in sorted(self.fell_back.items())]
+        kept = ([f"golden: the model's casts to dtypes at least as precise as {str(self.run).removeprefix('torch.')} "
+                 f"stay {gd} in the golden (upcasts in eager, they would round the golden to eager's precision): "
+                 + ", ".join(f"{what} x{n}" for what, n in sorted(self.kept.items()))] if self.kept else [])
+        return kept + [_note(op, why, gd, fb) for op, why in sorted(self.fell_back.items())]
 
 
 def _note(op: str, why: str, gd: str, fb: str) -> str:
@@ -82,6 +105,18 @@ def _note(op: str, why: str, gd: str, fb: str) -> str:
                 f"inside its forward, e.g. `x.float()` or `.to(weight.dtype)` with a constant dtype); it ran in "
                 f"{fb}, so the golden is only {fb}-precise through it")
     return f"golden: {op} has no {gd} kernel here ({why}); it ran in {fb}, so the golden is only {fb}-precise through it"
+
+
+def eager_precision(case: Any, requested: torch.dtype | None) -> torch.dtype | None:
+    """The dtype eager computes in: the one asked for, else the least precise floating dtype among the
+    model's parameters and the inputs (a bf16 model with an fp32 residual stream computes in bf16)."""
+    if requested is not None:
+        return requested
+    model = getattr(case, "model", None)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    found = {t.dtype for t in pytree.tree_leaves((params, case.inputs, case.kwargs))
+             if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    return max(found, key=lambda d: torch.finfo(d).eps, default=None)
 
 
 def _floating_dtypes(tree: Any) -> set[torch.dtype]:

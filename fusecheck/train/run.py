@@ -21,7 +21,7 @@ from fusecheck.case import Case, TargetError
 from fusecheck.compare.noise_band import RandomRounding
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.runs.cast import cast_tree, golden_case, prepare_case
-from fusecheck.golden.fallback import GoldenError, GoldenFallback
+from fusecheck.golden.fallback import GoldenError, GoldenFallback, eager_precision
 from fusecheck.runs.memory import MemoryLog, OutOfMemory, is_oom, oom_message
 from fusecheck.policy import Policy
 from fusecheck.check import CompileError
@@ -141,7 +141,7 @@ def run_train(case: Case, *, spec: str | None = None, steps: int = 20, optimizer
     model = prepared.model
     master = _master_dtype(model)
     stream = stream_for(case, spec, seed)
-    fallback = GoldenFallback(dev.golden_dtype)
+    fallback = GoldenFallback(dev.golden_dtype, run=eager_precision(prepared, resolve_dtype(dtype)))
     shadow_model = golden_case(prepared, dev.golden_dtype, gdev).model
 
     eager = Trajectory("eager", model, master, kind, lr)

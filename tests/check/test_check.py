@@ -94,6 +94,20 @@ def test_the_calls_around_other_inputs_are_judged_too(race, code, train):
         assert "inputs rolled by one" in failed[0].verdict.message
 
 
+def test_more_calls_catch_an_artifact_wrong_only_after_warm_up():
+    """Four calls cannot see an artifact that goes wrong from its fifth call; --calls N makes N calls and
+    judges every result that differs from the first call's. A correct backend stays quiet with more calls."""
+    target = "models/mlp.py:build"
+    assert check(target, backend=PLANTED + "wrong_after_warmup").exit_code == 0  # what four calls see
+    r = check(target, backend=PLANTED + "wrong_after_warmup", calls=6)
+    failed = [row for row in r.rows if not row.passed]
+    assert r.exit_code == 1 and failed and failed[0].verdict.code == "nondeterministic_compiled"
+    assert "call 5 of 6" in failed[0].verdict.message
+    assert check(target, backend="aot_eager", calls=6).exit_code == 0
+    with pytest.raises(TargetError, match="at least 4"):
+        check(target, backend="aot_eager", calls=3)
+
+
 @pytest.mark.parametrize("backend,code", [("baked_first_mask", 1), ("aot_eager", 0)])
 def test_a_mask_baked_from_the_first_call_fails_on_the_rolled_call(backend, code):
     """Only the rolled call sees another mask: judged against eager's call there, a stale mask fails."""

@@ -433,3 +433,21 @@ def attribute_ema():
 
 def attribute_cache():
     return Case(AttributeCache(), (torch.randn(4, 8),), "attribute_cache")
+
+
+class UpcastNorm(nn.Module):
+    """An RMSNorm written as the transformers ones are: `x.to(torch.float32)` first. In the fp64 golden that
+    cast would round every value to fp32 and run the norm with eager's own fp32 ops."""
+
+    def __init__(self, hidden: int = 2048):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(hidden))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+def upcast_norm():
+    return Case(UpcastNorm(), (3 + torch.randn(16, 2048),), "upcast_norm")
