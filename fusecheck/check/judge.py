@@ -19,6 +19,11 @@ from fusecheck.cli.watchdog import phase
 def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_doubts: bool = True) -> RowJudge:
     """In-place updates of inputs or buffers are results too: judged like outputs when eager or compiled made any."""
     mutated = mutated_keys(eager, compiled)
+    one_sided = sorted(set(eager.first.after) ^ set(compiled.first.after))
+    if one_sided:
+        p.notes.append(f"not judged: {', '.join(k.removeprefix('mutated.') for k in one_sided)}: module state only "
+                       "one of eager and compiled left (the model takes another path under torch.compile, "
+                       "e.g. `if not torch.compiler.is_compiling()`)")
     return RowJudge(eager.first.all(mutated), compiled.first.all(mutated), p.policy,
                     exact=compiled.capture.movement_only, eager_noisy=eager.noisy, compiled_noisy=compiled.noisy,
                     eager_again=eager.again, compiled_again=compiled.again, again_call=compiled.again_call,
@@ -28,7 +33,9 @@ def row_judge(p: Pipeline, eager: EagerRuns, compiled: CompiledRuns, *, keep_dou
 
 
 def mutated_keys(eager: EagerRuns, compiled: CompiledRuns) -> tuple[str, ...]:
-    return tuple(sorted(set(eager.first.mutated) | set(compiled.first.mutated)))
+    """What eager or compiled changed, among the inputs and module state both runs left."""
+    both = set(eager.first.after) & set(compiled.first.after)
+    return tuple(sorted((set(eager.first.mutated) | set(compiled.first.mutated)) & both))
 
 
 def capture_notes(p: Pipeline, compiled: CompiledRuns) -> list[str]:

@@ -49,7 +49,7 @@ class GoldenFallback(TorchDispatchMode):
         super().__init__()
         self.golden, self.fallback = golden, fallback
         self.fell_back: dict[str, str] = {}  # op name -> the error that made it fall back
-        # `run`: the dtype eager computes in. A cast to a floating dtype at least as precise as it
+        # `run`: the dtype eager computes in. A cast to a floating dtype at least as precise (and as wide) as it
         # (`x.float()`, `.to(torch.float32)` in an RMSNorm, `softmax(dtype=torch.float32)`) is an upcast or
         # nothing in eager; in the golden it would round every value to that dtype, and there the golden
         # would compute in eager's own precision with eager's own ops (the two then share their rounding,
@@ -61,7 +61,8 @@ class GoldenFallback(TorchDispatchMode):
     def _keeps(self, dtype: Any) -> bool:
         return (self.run is not None and isinstance(dtype, torch.dtype) and dtype.is_floating_point
                 and dtype != self.golden and dtype.itemsize < self.golden.itemsize
-                and torch.finfo(dtype).eps <= torch.finfo(self.run).eps)
+                and torch.finfo(dtype).eps <= torch.finfo(self.run).eps
+                and torch.finfo(dtype).max >= torch.finfo(self.run).max)  # fp16 in a bf16 model: less range
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -239,7 +239,9 @@ def test_lost_in_place_update_fails(target, mutated):
 
 
 @pytest.mark.parametrize("target,state", [("tests/planted/cases.py:attribute_ema", "mutated.state.ema"),
-                                          ("tests/planted/cases.py:attribute_cache", "mutated.state.k_cache")])
+                                          ("tests/planted/cases.py:attribute_cache", "mutated.state.k_cache"),
+                                          ("tests/planted/cases.py:no_param_cache", "mutated.state.k_cache"),
+                                          ("tests/planted/cases.py:shared_cache", "mutated.state.a.cache")])
 def test_state_in_plain_attributes_is_reset_between_runs_and_judged(target, state):
     """A cache or EMA held in a plain attribute (not a buffer) was neither reset nor judged: eager drifted
     between its runs, was called nondeterministic, and that drift absorbed a +0.3 shift (PASS)."""
@@ -247,6 +249,18 @@ def test_state_in_plain_attributes_is_reset_between_runs_and_judged(target, stat
     assert r.passed and r.eager_repeatable and state in {row.name for row in r.rows}
     bad = check(target, backend=PLANTED + "shift_outputs")
     assert bad.status == "FAIL" and bad.rows[0].verdict.code == "worse_than_eager"
+
+
+def test_buffers_are_state_once_and_slots_a_call_fills_are_emptied_again():
+    """A buffer is not also a plain attribute (`_buffers` is nn.Module's own); a cache that starts as None
+    and a list that collects features are put back before each run; state only eager leaves is named."""
+    r = check("tests/planted/cases.py:cache_non_persistent", backend="aot_eager")
+    assert [row.name for row in r.rows if row.name.startswith("mutated.")] == ["mutated.state.cache"]
+    filled = check("tests/planted/cases.py:fills_vacant_slots", backend="aot_eager")
+    assert filled.passed and filled.eager_repeatable, [(row.name, row.verdict.code) for row in filled.rows]
+    assert {"mutated.state.cos_cached", "mutated.state.features[0]"} <= {row.name for row in filled.rows}
+    one_sided = check("tests/planted/cases.py:eager_only_state", backend="aot_eager")
+    assert one_sided.passed and any("not judged: state.last_attn" in n for n in one_sided.notes)
 
 
 def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():

@@ -43,6 +43,9 @@ def test_a_cast_below_eagers_precision_is_the_models_semantics_and_stays():
     with GoldenFallback(torch.float64, run=torch.float32) as mode:
         out = RoundTrip()(x)
     assert torch.equal(out, x.to(torch.bfloat16).double() * 3) and not mode.kept
+    with GoldenFallback(torch.float64, run=torch.bfloat16) as mode:  # fp16: more bits, less range than bf16
+        half = (x * 1e6).to(torch.float16)
+    assert half.dtype == torch.float16 and not mode.kept
 
 
 def test_eager_precision_is_the_least_precise_of_parameters_and_inputs():

@@ -451,3 +451,76 @@ class UpcastNorm(nn.Module):
 
 def upcast_norm():
     return Case(UpcastNorm(), (3 + torch.randn(16, 2048),), "upcast_norm")
+
+
+class SharedCache(nn.Module):
+    """Two layers share one cache tensor through plain attributes: one writes it, the other reads it (the
+    golden's copy must keep it shared)."""
+
+    def __init__(self):
+        super().__init__()
+        cache = torch.zeros(8, 5)
+        self.a, self.b = nn.Linear(5, 5), nn.Linear(5, 5)
+        self.a.cache = cache
+        self.b.cache = cache
+
+    def forward(self, x):
+        self.a.cache.copy_(self.a(x))
+        return self.b(self.b.cache)
+
+
+class NoParamCache(nn.Module):
+    """No parameter, buffer or attribute before the first call, which makes the cache."""
+
+    def forward(self, x):
+        k = torch.tanh(x) * 2
+        prev = getattr(self, "k_cache", None)
+        self.k_cache = k
+        return k if prev is None else k + prev
+
+
+class FillsVacantSlots(nn.Module):
+    """A rotary-style cache that starts as None and a list that collects features: filled by each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.cos_cached = None
+        self.features = []
+
+    def forward(self, x):
+        if self.cos_cached is None:
+            self.cos_cached = torch.cos(torch.arange(8.0, device=x.device))
+        h = self.lin(x) * self.cos_cached
+        self.features.append(h)
+        return h + len(self.features)
+
+
+class EagerOnlyState(nn.Module):
+    """Keeps its last attention map outside compilation only (debug storage)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):
+        a = (self.q(x) @ x.T).softmax(-1)
+        if not torch.compiler.is_compiling():
+            self.last_attn = a
+        return a @ x
+
+
+def shared_cache():
+    return Case(SharedCache(), (torch.randn(8, 5),), "shared_cache")
+
+
+def no_param_cache():
+    return Case(NoParamCache(), (torch.randn(64, 8),), "no_param_cache")
+
+
+def fills_vacant_slots():
+    return Case(FillsVacantSlots(), (torch.randn(4, 8),), "fills_vacant_slots")
+
+
+def eager_only_state():
+    return Case(EagerOnlyState(), (torch.randn(6, 8),), "eager_only_state")

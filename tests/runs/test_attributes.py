@@ -59,3 +59,33 @@ def test_the_golden_copy_holds_its_attributes_in_the_golden_dtype():
     g = golden_case(case, torch.float64)
     assert all(t.dtype == torch.float64 for t in attribute_tensors(g.model).values())
     assert all(t.dtype == torch.float32 for t in attribute_tensors(case.model).values())  # a copy, not the model
+
+
+def test_a_view_of_a_parameter_is_not_copied_nor_written_and_shared_tensors_stay_shared():
+    class Aliases(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(4, 3)
+            self.out_w = self.emb.weight.detach()  # a view of a parameter
+            shared = torch.zeros(3)
+            self.first, self.second = shared, [shared]
+
+    m = Aliases()
+    version = m.emb.weight._version
+    state = AttributeState(m)
+    assert state.saved["out_w"] is m.out_w  # kept, not cloned
+    m.first.add_(1)
+    state.restore(m)
+    assert m.emb.weight._version == version and m.second[0] is m.first and float(m.first.sum()) == 0
+    g = golden_case(Case(m, (torch.zeros(1, dtype=torch.long),), "aliases"), torch.float64).model
+    assert g.second[0] is g.first and g.first.dtype == torch.float64
+
+
+def test_a_leaf_attribute_that_requires_grad_stays_a_leaf_when_cast():
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.ones(3, requires_grad=True)
+
+    g = golden_case(Case(Scale(), (torch.zeros(3),), "scale"), torch.float64).model
+    assert g.scale.is_leaf and g.scale.requires_grad and g.scale.dtype == torch.float64

@@ -192,18 +192,19 @@ def _signature(kernel, args: tuple, device: int) -> tuple:
 def launch(kernel, grid: int, args: tuple, options: dict) -> None:
     """kernel[(grid,)](*args, **options), directly through the compiled kernel when one exists for the
     arguments' signature (CUDA)."""
-    if not _direct[0] or not args[0].is_cuda:
+    # NVIDIA only: ROCm's backend also specialises on a tensor's storage size (32-bit buffer offsets)
+    if not _direct[0] or not args[0].is_cuda or torch.version.hip is not None:
         kernel[(grid,)](*args, **options)
         return
+    device = torch.cuda.current_device()
+    key = _signature(kernel, args, device) + tuple(sorted(options.items()))
+    compiled = _compiled.get(key)
+    if compiled is None:  # Triton's own path compiles (a compile error is the caller's, as before)
+        compiled = kernel[(grid,)](*args, **options)
+        if len(key) > len(options) and hasattr(compiled, "packed_metadata"):
+            _compiled[key] = compiled
+        return
     try:
-        device = torch.cuda.current_device()
-        key = _signature(kernel, args, device) + tuple(sorted(options.items()))
-        compiled = _compiled.get(key)
-        if compiled is None:
-            compiled = kernel[(grid,)](*args, **options)
-            if len(key) > len(options) and hasattr(compiled, "packed_metadata"):
-                _compiled[key] = compiled
-            return
         run = compiled.run
         stream = torch._C._cuda_getCurrentRawStream(device)
         run(grid, 1, 1, stream, compiled.function, compiled.packed_metadata,
