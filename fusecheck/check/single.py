@@ -24,6 +24,7 @@ from fusecheck.check.report import CheckReport
 from fusecheck.compare.noise_band import eager_spread
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.errors import TargetError
+from fusecheck.runs.attributes import opaque_attributes
 from fusecheck.runs.execute import module_tensors, run_once, state_snapshot
 from fusecheck.runs.cast import prepare_case
 from fusecheck.golden.choose import choose as choose_golden, floating_dtype
@@ -105,6 +106,11 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     recorder = BlockRecorder(plan.blocks) if plan is not None and opts.block_verdicts else None
     with p.measured("eager"):
         state.append(state_snapshot(prepared))  # every run starts from this module state and fresh input copies
+    opaque = opaque_attributes(prepared.model)
+    if opaque:
+        p.notes.append(f"not reset between runs nor judged: {', '.join(opaque)}: objects holding tensors kept on "
+                       "the model (module state fusecheck can neither copy nor put back; a tensor, a list or "
+                       "dict of tensors, or a buffer would be)")
     eager = run_eager(p, recorder)
 
     regional = opts.regional

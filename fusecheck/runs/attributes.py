@@ -51,6 +51,19 @@ def _own(model: Any, keep: Callable[[Any], bool]) -> dict[str, Slot]:
     return found
 
 
+def _opaque(value: Any) -> bool:
+    """An object (not a module, tensor or container) whose own attributes hold tensors: a cache class such
+    as transformers' DynamicCache kept on a module. Its state cannot be saved or put back generically."""
+    if isinstance(value, (torch.nn.Module, torch.Tensor, list, tuple, dict, type)) or not hasattr(value, "__dict__"):
+        return False
+    return any(_holds_tensors(v) for v in vars(value).values())
+
+
+def opaque_attributes(model: Any) -> list[str]:
+    """The attributes holding such objects (said in the report: neither reset between runs nor judged)."""
+    return [f"{name} ({type(getattr(m, attr)).__name__})" for name, (m, attr) in _own(model, _opaque).items()]
+
+
 def attribute_slots(model: Any) -> dict[str, Slot]:
     """Every plain attribute holding tensors, by "<module path>.<attr>" (a shared module once)."""
     return _own(model, _holds_tensors)

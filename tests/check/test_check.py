@@ -261,6 +261,8 @@ def test_buffers_are_state_once_and_slots_a_call_fills_are_emptied_again():
     assert {"mutated.state.cos_cached", "mutated.state.features[0]"} <= {row.name for row in filled.rows}
     one_sided = check("tests/planted/cases.py:eager_only_state", backend="aot_eager")
     assert one_sided.passed and any("not judged: state.last_attn" in n for n in one_sided.notes)
+    opaque = check("tests/planted/cases.py:holds_cache_object", backend="aot_eager")
+    assert any("not reset between runs nor judged: cache (_Cache)" in n for n in opaque.notes), opaque.notes
 
 
 def test_eager_noise_is_absorbed_not_blamed_on_the_compiler():

@@ -524,3 +524,24 @@ def fills_vacant_slots():
 
 def eager_only_state():
     return Case(EagerOnlyState(), (torch.randn(6, 8),), "eager_only_state")
+
+
+class _Cache:
+    """A cache class kept on a module, as transformers' DynamicCache can be."""
+
+    def __init__(self):
+        self.keys = torch.zeros(4, 8)
+
+
+class HoldsCacheObject(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.cache = _Cache()
+
+    def forward(self, x):
+        return self.lin(x) + self.cache.keys
+
+
+def holds_cache_object():
+    return Case(HoldsCacheObject(), (torch.randn(4, 8),), "holds_cache_object")
