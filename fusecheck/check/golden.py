@@ -51,23 +51,44 @@ def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
 
 def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None], how: str,
                    fallback: GoldenFallback) -> None:
+    delivered = [0]
+
+    def counted(sink: Sink) -> Sink:
+        def call(name, t):
+            delivered[0] += 1
+            return sink(name, t)
+        return call
     with p.measured("golden"):
         try:
-            done = 0
-            for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
-                                                p.policy.ratios.decision_tie):
-                with fallback, follower:
-                    golden(outside_modes(p.timed("judge", sink)))
-                p.notes.extend(follower.report.notes())
-                done += 1
-            if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it
-                with fallback:
-                    golden(_discard)
+            try:
+                _each_pass(p, judge, compiled, golden, fallback, counted)
+            except Exception as exc:
+                # the golden with the model's casts kept failed where eager ran (code that gives the kept
+                # values another meaning): before any row was judged, run it again with the casts as written
+                if p.passes_through(exc) or not fallback.kept or delivered[0]:
+                    raise
+                fallback.stand_down(f"with them kept, the golden failed: {type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0][:160]}")
+                _each_pass(p, judge, compiled, golden, fallback, counted)
         except Exception as exc:
             if p.passes_through(exc):
                 raise
             raise GoldenError(f"the {p.golden_dtype} golden run of {p.name!r} failed where eager ran "
                               f"({how} golden): {type(exc).__name__}: {exc}") from exc
+
+
+def _each_pass(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
+               fallback: GoldenFallback, counted: Callable[[Sink], Sink]) -> None:
+    done = 0
+    for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
+                                        p.policy.ratios.decision_tie):
+        with fallback, follower:
+            golden(outside_modes(p.timed("judge", counted(sink))))
+        p.notes.extend(follower.report.notes())
+        done += 1
+    if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it
+        with fallback:
+            golden(_discard)
 
 
 def run_blocks(p: Pipeline, recorder, fallback: GoldenFallback, judge_blocks: Callable) -> list:

@@ -15,6 +15,7 @@ from torch._ops import HigherOrderOperator
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fusecheck.golden.kept import KeptValues
 from fusecheck.runs.cast import COMPLEX_OF
 
 
@@ -25,6 +26,10 @@ def _recast(tree: Any, src: torch.dtype, dst: torch.dtype) -> Any:
     pairs = {src: dst, COMPLEX_OF.get(src): COMPLEX_OF.get(dst)}
     return pytree.tree_map(lambda x: x.to(pairs[x.dtype]) if isinstance(x, torch.Tensor) and x.dtype in pairs
                            and pairs[x.dtype] is not None else x, tree)
+
+
+def _recast_all(tree: Any, srcs: set[torch.dtype], dst: torch.dtype) -> Any:
+    return pytree.tree_map(lambda x: x.to(dst) if isinstance(x, torch.Tensor) and x.dtype in srcs else x, tree)
 
 
 def _uses(tree: Any, dtype: torch.dtype) -> bool:
@@ -57,6 +62,16 @@ class GoldenFallback(TorchDispatchMode):
         # golden's own; a cast to a less precise dtype (a deliberate bf16 round trip in an fp32 model) stays.
         self.run = run
         self.kept: dict[str, int] = {}  # "op to dtype" -> casts kept in the golden dtype
+        self.values = KeptValues(golden)  # what they produced, and the dtype eager holds each in
+        self.upcast: set[str] = set()  # ops whose lower-dtype operands were upcast to the golden's
+        self.stood_down: str | None = None  # why the casts were not kept after all (stand_down)
+
+    def stand_down(self, why: str) -> None:
+        """Keep no cast from now on (the model's code gave the kept values another meaning): a later golden
+        run rounds at the model's casts as written."""
+        self.run, self.stood_down = None, why
+        self.kept.clear()
+        self.values = KeptValues(self.golden)
 
     def _keeps(self, dtype: Any) -> bool:
         return (self.run is not None and isinstance(dtype, torch.dtype) and dtype.is_floating_point
@@ -70,23 +85,45 @@ class GoldenFallback(TorchDispatchMode):
             return func(*args, **kwargs)
         # a golden value converted down (not an allocation: factories, FSDP's and collectives' buffers keep
         # their dtype; nor an out= buffer)
+        kept_as = None
         if self._keeps(kwargs.get("dtype")) and not func._schema.is_mutable and _uses(args, self.golden):
-            what = f"{func.overloadpacket.__name__} to {str(kwargs['dtype']).removeprefix('torch.')}"
+            kept_as = kwargs["dtype"]
+            what = f"{func.overloadpacket.__name__} to {str(kept_as).removeprefix('torch.')}"
             self.kept[what] = self.kept.get(what, 0) + 1
             kwargs = {**kwargs, "dtype": self.golden}
+        elif self.values:
+            if func._schema.is_mutable:
+                args, kwargs = self.values.into_written(func, args, kwargs)
+            kept_as = self.values.eager_dtype(func, args, kwargs)
+            if kept_as is not None:
+                args, kwargs = self.values.as_eager(func, args, kwargs, kept_as)
+        out = self._run(func, args, kwargs)
+        if kept_as is not None:
+            self.values.mark(out, kept_as, clip=not func.is_view)  # a view of a kept value is in range already
+        return out
+
+    def _run(self, func, args, kwargs):
         try:
             return func(*args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:
             if func._schema.is_mutable or not _uses((args, kwargs), self.golden):
                 raise
+            mixed = _floating_dtypes((args, kwargs)) - {self.golden}
+            if mixed:  # an operand arrived in a lower dtype (the model cast it): upcast it, exactly
+                up_args, up_kwargs = _recast_all((args, kwargs), mixed, self.golden)
+                try:
+                    out = func(*up_args, **up_kwargs)
+                    self.upcast.add(str(func.overloadpacket.__name__))
+                    return out
+                except Exception:
+                    pass
             low_args, low_kwargs = _recast((args, kwargs), self.golden, self.fallback)
             try:
                 out = func(*low_args, **low_kwargs)
             except Exception:
                 raise exc from None
             why = str(exc).splitlines()[0][:160]
-            mixed = _floating_dtypes((args, kwargs)) - {self.golden}
-            if mixed:  # the op has a kernel: an operand arrived in a lower dtype (the model cast it)
+            if mixed:
                 why = "mixed: " + ", ".join(sorted(str(d).removeprefix("torch.") for d in mixed))
             self.fell_back.setdefault(str(func.overloadpacket.__name__), why)
             return _recast(out, self.fallback, self.golden)
@@ -94,9 +131,19 @@ class GoldenFallback(TorchDispatchMode):
     def notes(self) -> list[str]:
         fb = str(self.fallback).removeprefix("torch.")
         gd = str(self.golden).removeprefix("torch.")
-        kept = ([f"golden: the model's casts to dtypes at least as precise as {str(self.run).removeprefix('torch.')} "
-                 f"stay {gd} in the golden (upcasts in eager, they would round the golden to eager's precision): "
-                 + ", ".join(f"{what} x{n}" for what, n in sorted(self.kept.items()))] if self.kept else [])
+        kept = ([f"golden: the model's casts to its compute dtype ({str(self.run).removeprefix('torch.')}) or a "
+                 f"more precise one stay {gd} in the golden (the model computed in {gd}; rounding there would "
+                 "share eager's rounding): " + ", ".join(f"{what} x{n}" for what, n in sorted(self.kept.items()))]
+                if self.kept else [])
+        if self.values.applied:
+            kept.append("golden: the kept values keep eager's dtype's meaning where the model reads it: "
+                        + ", ".join(f"{what} x{n}" for what, n in sorted(self.values.applied.items())))
+        if self.upcast:
+            kept.append(f"golden: {', '.join(sorted(self.upcast))} received operands the model cast below {gd} "
+                        f"beside {gd} ones; those were upcast (exactly) and the op ran in {gd}")
+        if self.stood_down:
+            kept.append(f"golden: the model's casts round as written in the golden ({self.stood_down}), so "
+                        "the golden is only as precise as eager's dtype after each of them")
         return kept + [_note(op, why, gd, fb) for op, why in sorted(self.fell_back.items())]
 
 
@@ -109,15 +156,20 @@ def _note(op: str, why: str, gd: str, fb: str) -> str:
 
 
 def eager_precision(case: Any, requested: torch.dtype | None) -> torch.dtype | None:
-    """The dtype eager computes in: the one asked for, else the least precise floating dtype among the
-    model's parameters and the inputs (a bf16 model with an fp32 residual stream computes in bf16)."""
+    """The dtype eager computes in: the one asked for, else the floating dtype that holds most of the
+    parameters' elements (the inputs' when there are none). A bf16 model with fp32 norms or an fp32 residual
+    stream computes in bf16 and keeps its bf16 casts; an fp32 model holding one bf16 scale computes in fp32,
+    and its `.to(torch.bfloat16)` is a rounding the model asks for, which stays."""
     if requested is not None:
         return requested
     model = getattr(case, "model", None)
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    found = {t.dtype for t in pytree.tree_leaves((params, case.inputs, case.kwargs))
-             if isinstance(t, torch.Tensor) and t.is_floating_point()}
-    return max(found, key=lambda d: torch.finfo(d).eps, default=None)
+    held: dict[torch.dtype, int] = {}
+    for t in pytree.tree_leaves(params if any(p.is_floating_point() for p in params)
+                                else (case.inputs, case.kwargs)):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            held[t.dtype] = held.get(t.dtype, 0) + t.numel()
+    return max(held, key=lambda d: (held[d], -torch.finfo(d).eps), default=None)
 
 
 def _floating_dtypes(tree: Any) -> set[torch.dtype]:

@@ -102,13 +102,14 @@ class CastsItsInput(torch.nn.Module):
 
 
 def test_a_fallback_caused_by_the_models_own_cast_is_named_as_such():
-    """addmm has an fp64 kernel: the note says an operand arrived cast, not that the kernel is missing. In a
-    check the golden knows eager's dtype, and `x.float()` (an upcast, or nothing, in eager) stays fp64 in the
-    golden: no fallback then, and the note says the cast was kept."""
+    """addmm has an fp64 kernel: the operand that arrived cast is upcast (exactly) and the op runs in fp64,
+    named as such, not as a missing kernel nor as an fp32 fallback. In a check the golden knows eager's
+    dtype, and `x.float()` (an upcast, or nothing, in eager) stays fp64 in the golden: no fallback then, and
+    the note says the cast was kept."""
     with GoldenFallback(torch.float64) as fb:
         torch.nn.Linear(4, 4).double()(torch.randn(2, 4, dtype=torch.float64).float())
-    assert fb.notes() and "received float64 operands beside float32 ones" in fb.notes()[0]
-    assert "has no float64 kernel" not in fb.notes()[0]
+    assert fb.notes() and "addmm received operands the model cast below float64" in fb.notes()[0]
+    assert "has no float64 kernel" not in fb.notes()[0] and not fb.fell_back
     r = run_check(Case(CastsItsInput(), (torch.randn(4, 8),), "casts_input"), backend="aot_eager")
     assert r.status == "PASS" and not any("the model casts inside its forward" in n for n in r.notes), r.notes
     assert any("_to_copy to float32 x1" in n for n in r.notes), r.notes
