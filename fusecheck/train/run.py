@@ -186,8 +186,8 @@ def run_train(case: Case, *, spec: str | None = None, steps: int = 20, optimizer
                 loss_b = [b.step(model, stream, t, batch, master, ctx=RandomRounding(_band_seed(seed, k, t)))
                           for k, b in enumerate(band)]
             with timed("shadow"), _failing_as(GoldenError, f"the {dev.golden_dtype} shadow of {case.name!r} failed at step {t}"):
-                loss_s = shadow.step(shadow_model, stream, t, cast_tree(raw, dev.golden_dtype, gdev),
-                                     dev.golden_dtype, ctx=fallback)
+                loss_s = _shadow_step(shadow, shadow_model, stream, t, cast_tree(raw, dev.golden_dtype, gdev),
+                                      dev.golden_dtype, fallback)
             with timed("judge"):
                 result = judge_step(t, eager, compiled, band, shadow, loss_e, loss_c, loss_b, loss_s, policy, groups)
             results.append(result)
@@ -212,6 +212,21 @@ def run_train(case: Case, *, spec: str | None = None, steps: int = 20, optimizer
     return TrainReport(case.name, be.name, str(run_dtype).removeprefix("torch."), device, optimizer, lr, steps,
                        seed, band_runs, policy, results, groups, notes, timings, memory, str(gdev),
                        compile_optimizer)
+
+
+def _shadow_step(shadow: Trajectory, model, stream, t: int, batch, dtype: torch.dtype, fallback: GoldenFallback):
+    """The shadow's step under the golden's dispatch mode. The same safety net as the check's golden
+    (fusecheck/check/golden.py): where the shadow fails with the model's casts kept, before any shadow step
+    was taken, it stands the casts down and takes the step again with them as written (a failed step changed
+    no parameter: the update comes after the backward); the report's notes say so."""
+    try:
+        return shadow.step(model, stream, t, batch, dtype, ctx=fallback)
+    except Exception as exc:
+        if not fallback.kept or shadow.losses or isinstance(exc, (TargetError, OutOfMemory)) or is_oom(exc):
+            raise
+        fallback.stand_down(f"with them kept, the shadow failed: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160]}")
+        return shadow.step(model, stream, t, batch, dtype, ctx=fallback)
 
 
 def judge_step(t: int, eager: Trajectory, compiled: Trajectory, band: list[Trajectory], shadow: Trajectory,

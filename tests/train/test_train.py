@@ -146,3 +146,25 @@ def test_reports_hold_the_series_the_table_and_the_curves(tmp_path):
     write_junit_train(r, tmp_path / "t.xml", "mlp", 1.0)
     xml = (tmp_path / "t.xml").read_text()
     assert 'name="loss"' in xml and "step 1" in xml
+
+
+def test_a_shadow_that_refuses_the_kept_cast_reruns_with_the_casts_as_written():
+    """The check's safety net holds for `fusecheck train` too: a model whose code asserts the dtype of its
+    `.float()` fails in the fp64 shadow with the cast kept; the shadow takes the step again with the cast as
+    written, says so, and the correct backend stays in the band."""
+    from fusecheck.case import Case
+
+    class AssertsItsDtype(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.lin(x).float()
+            assert h.dtype in (torch.float32, torch.bfloat16), h.dtype
+            return h * 2
+    torch.manual_seed(0)
+    case = Case(AssertsItsDtype(), (torch.randn(8, 16),), "asserts_dtype")
+    r = run_train(case, backend="aot_eager", steps=2, band_runs=2)
+    assert r.exit_code == 0, r.left_band()
+    assert any("round as written" in n and "AssertionError" in n for n in r.notes), r.notes
