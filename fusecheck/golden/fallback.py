@@ -86,7 +86,10 @@ class GoldenFallback(TorchDispatchMode):
         # a golden value converted down (not an allocation: factories, FSDP's and collectives' buffers keep
         # their dtype; nor an out= buffer)
         kept_as = None
-        if self._keeps(kwargs.get("dtype")) and not func._schema.is_mutable and _uses(args, self.golden):
+        # not in a backward: autograd's own casts there give a gradient the dtype of its forward input, and a
+        # tensor the golden holds in a lower dtype (an fp32 accumulator from a factory) must get its own
+        if (self._keeps(kwargs.get("dtype")) and not func._schema.is_mutable and _uses(args, self.golden)
+                and torch._C._current_graph_task_id() == -1):
             kept_as = kwargs["dtype"]
             what = f"{func.overloadpacket.__name__} to {str(kept_as).removeprefix('torch.')}"
             self.kept[what] = self.kept.get(what, 0) + 1

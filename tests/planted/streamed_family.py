@@ -26,6 +26,11 @@ a golden that upcasts one piece at a time unless it is as general as a whole-mod
   `freqs_cis`): `Module.to(float64)` would drop its imaginary part, so the golden must cast it to complex128
 - `attr_tensor`: a floating tensor held as a plain attribute (not a buffer) in each block and at the root,
   read inside and outside the blocks (module state `named_buffers` does not list)
+- `bits`: the bits of a kept cast (`h.float().view(torch.int32) & mask`, mantissa truncation as fake-quant
+  does) in each block and at the root: the golden keeps the `.float()` in fp64, and the bits it reads must be
+  those of eager's fp32 value in both goldens
+- `segment_sum`: a kept `.float()` value written by `index_add_` into an fp32 buffer from a factory (an MoE
+  combine), at the root
 - `vocab`: 11 (the embedding is smaller than a block: upcast for the whole run) or 16 (streamed)
 """
 from __future__ import annotations
@@ -40,7 +45,7 @@ from fusecheck.case import Case
 
 PATTERNS = ("dtype_outside", "self_dtype", "finfo", "shared", "twice", "glob", "buffers", "param_arg", "autocast",
             "hooks", "fp32_residual", "type_as", "root_head", "hard_bf16", "cross_ref", "nested_unit",
-            "complex_buffer", "attr_tensor")
+            "complex_buffer", "attr_tensor", "bits", "segment_sum")
 HIDDEN, SEQ, N_BLOCKS = 8, 6, 3
 
 
@@ -65,6 +70,8 @@ class Recipe:
     nested_unit: bool = False
     complex_buffer: bool = False
     attr_tensor: bool = False
+    bits: bool = False
+    segment_sum: bool = False
     vocab: int = 11
 
     @property
@@ -82,9 +89,15 @@ def recipe(seed: int) -> Recipe:
     return Recipe(seed, **{p: rng.random() < 0.5 for p in PATTERNS}, vocab=rng.choice((11, 16)))
 
 
+def truncated(h: torch.Tensor) -> torch.Tensor:
+    """h's fp32 value with the low 16 mantissa bits cleared, in h's dtype (reads the bits of a kept cast)."""
+    return (h.float().view(torch.int32) & -65536).view(torch.float32).to(h.dtype)
+
+
 class Block(torch.nn.Module):
-    def __init__(self, hidden: int, buffers: bool, attr_tensor: bool = False):
+    def __init__(self, hidden: int, buffers: bool, attr_tensor: bool = False, bits: bool = False):
         super().__init__()
+        self.bits = bits
         self.norm = torch.nn.LayerNorm(hidden)
         self.fc = torch.nn.Linear(hidden, hidden)
         self.gain = torch.nn.Parameter(1 + 0.1 * torch.randn(hidden))
@@ -106,6 +119,8 @@ class Block(torch.nn.Module):
             y = y + self.offset
         if self.peer:  # another block's parameter, reached from inside this one
             y = y + 0.1 * self.peer[0]
+        if self.bits:
+            y = y + 0.1 * truncated(y)
         if self.mix:  # a piece of its own (larger than a block: streamed), called inside this one
             y = y + 0.1 * self.mix[0](y.to(self.mix[0][0].weight.dtype)).to(y.dtype)
         return y
@@ -115,7 +130,7 @@ class FamilyModel(torch.nn.Module):
     def __init__(self, r: Recipe):
         super().__init__()
         self.r = r
-        blocks = [Block(HIDDEN, r.buffers, r.attr_tensor) for _ in range(N_BLOCKS)]
+        blocks = [Block(HIDDEN, r.buffers, r.attr_tensor, r.bits) for _ in range(N_BLOCKS)]
         if r.glob:  # registered first, so that the first parameter (self.dtype) is a block's
             for i, b in enumerate(blocks):
                 setattr(self, f"block{i}", b)
@@ -192,6 +207,13 @@ class FamilyModel(torch.nn.Module):
             h = h + self.root_offset
         if r.hard_bf16:
             h = h.to(torch.bfloat16).to(h.dtype)
+        if r.bits:
+            h = h + truncated(h)
+        if r.segment_sum:  # positions summed into 3 segments in fp32, read back per position
+            seg = torch.arange(SEQ, device=h.device) % 3
+            acc = torch.zeros(h.shape[0], 3, HIDDEN, dtype=torch.float32, device=h.device)
+            acc.index_add_(1, seg, h.float())
+            h = h + 0.1 * acc[:, seg].to(h.dtype)
         h = self.out_norm(h.to(self.out_norm.weight.dtype))
         return F.linear(h, self.embed.weight) if r.root_head else self.head(h)
 
