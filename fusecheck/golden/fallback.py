@@ -22,14 +22,15 @@ from fusecheck.runs.cast import COMPLEX_OF
 from fusecheck.errors import GoldenError  # noqa: E402,F401
 
 
-def _recast(tree: Any, src: torch.dtype, dst: torch.dtype) -> Any:
-    pairs = {src: dst, COMPLEX_OF.get(src): COMPLEX_OF.get(dst)}
-    return pytree.tree_map(lambda x: x.to(pairs[x.dtype]) if isinstance(x, torch.Tensor) and x.dtype in pairs
-                           and pairs[x.dtype] is not None else x, tree)
+def _recast(tree: Any, casts: dict) -> Any:
+    """Every tensor of `tree` whose dtype `casts` maps, cast to what it maps to."""
+    return pytree.tree_map(lambda x: x.to(casts[x.dtype]) if isinstance(x, torch.Tensor) and casts.get(x.dtype)
+                           is not None else x, tree)
 
 
-def _recast_all(tree: Any, srcs: set[torch.dtype], dst: torch.dtype) -> Any:
-    return pytree.tree_map(lambda x: x.to(dst) if isinstance(x, torch.Tensor) and x.dtype in srcs else x, tree)
+def _pairs(src: torch.dtype, dst: torch.dtype) -> dict:
+    """src -> dst, and their complex dtypes alike."""
+    return {src: dst, COMPLEX_OF.get(src): COMPLEX_OF.get(dst)}
 
 
 def _uses(tree: Any, dtype: torch.dtype) -> bool:
@@ -113,14 +114,14 @@ class GoldenFallback(TorchDispatchMode):
                 raise
             mixed = _floating_dtypes((args, kwargs)) - {self.golden}
             if mixed:  # an operand arrived in a lower dtype (the model cast it): upcast it, exactly
-                up_args, up_kwargs = _recast_all((args, kwargs), mixed, self.golden)
+                up_args, up_kwargs = _recast((args, kwargs), dict.fromkeys(mixed, self.golden))
                 try:
                     out = func(*up_args, **up_kwargs)
                     self.upcast.add(str(func.overloadpacket.__name__))
                     return out
                 except Exception:
                     pass
-            low_args, low_kwargs = _recast((args, kwargs), self.golden, self.fallback)
+            low_args, low_kwargs = _recast((args, kwargs), _pairs(self.golden, self.fallback))
             try:
                 out = func(*low_args, **low_kwargs)
             except Exception:
@@ -129,7 +130,7 @@ class GoldenFallback(TorchDispatchMode):
             if mixed:
                 why = "mixed: " + ", ".join(sorted(str(d).removeprefix("torch.") for d in mixed))
             self.fell_back.setdefault(str(func.overloadpacket.__name__), why)
-            return _recast(out, self.fallback, self.golden)
+            return _recast(out, _pairs(self.fallback, self.golden))
 
     def notes(self) -> list[str]:
         fb = str(self.fallback).removeprefix("torch.")
