@@ -407,3 +407,22 @@ def test_packed_counts_keep_their_high_field_past_the_sign_bit():
     out = torch.zeros(2, dtype=torch.int32, device=DEVICE)
     _packed_counts_probe[(1,)](out, 40000)
     assert out.tolist() == [3 * 32, 40000 * 32]
+
+
+def test_a_kept_workspace_serves_the_next_call_of_its_shape_with_that_calls_data(monkeypatch):
+    """Consecutive calls of one launch shape share their output buffers (no allocation, no views per call):
+    each call's answer is its own data's, with NaN/Inf in one call and not in the next (the tile list the
+    fast pass writes changes length), and a workspace over the size limit is not kept."""
+    monkeypatch.setattr(triton_core, "_workspaces", {})
+    gen = torch.Generator().manual_seed(21)
+    n = 3 * triton_core.BLOCK + 5
+    clean = _values(n, torch.bfloat16, gen)
+    dirty = [t.clone() for t in _values(n, torch.bfloat16, gen)]
+    dirty[2][[1, n - 3]] = math.nan
+    for k, (g, ref, res) in enumerate((clean, dirty, clean)):
+        _check_partials([res, ref, g], PAIRS, torch.bfloat16, where=f"call {k}")
+    assert len(triton_core._workspaces) == 1  # one shape: one workspace, kept
+    monkeypatch.setattr(triton_core, "KEEP_WORKSPACE_BYTES", 0)
+    monkeypatch.setattr(triton_core, "_workspaces", {})
+    _check_partials([clean[2], clean[1], clean[0]], PAIRS, torch.bfloat16, where="not kept")
+    assert not triton_core._workspaces

@@ -29,8 +29,10 @@ import contextlib
 import functools
 import math
 import os
+import threading
 import warnings
 
+import numpy
 import torch
 
 from fusecheck.compare.accumulators import (ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, SUM_COLUMNS,
@@ -149,8 +151,10 @@ def _programs(n: int, device: torch.device, block: int, per_sm: int) -> int:
 
 
 def _on(device: torch.device):
-    """Triton launches on the current CUDA device: make it the tensors' (a rank's cuda:N)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    """Triton launches on the current CUDA device: make it the tensors' (a rank's cuda:N), where it is not."""
+    if device.type != "cuda" or device.index is None or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 def _launch_options(device: torch.device) -> dict:
@@ -248,7 +252,7 @@ class _Layout:
                     i, j = entry if isinstance(entry, tuple) else (entry, self.zero)
                     plus.append(i)
                     minus.append(j)
-        self.plus, self.minus = torch.tensor(plus), torch.tensor(minus)
+        self.plus_np, self.minus_np = numpy.array(plus), numpy.array(minus)
 
     def count(self, p: int, name: str) -> int:
         return self.cnt + p * len(COUNTS) + COUNTS.index(name)
@@ -271,9 +275,10 @@ class _Layout:
         return [base + p * OCT_BINS + b for b in range(OCTAVES)]
 
     def entries(self, vec: torch.Tensor, n: int) -> torch.Tensor:
-        """[pairs, entries] from the reduced vector (on the host)."""
-        ext = torch.cat([vec, torch.tensor([float(n), -1.0, 0.0], dtype=torch.float64)])
-        return (ext[self.plus] - ext[self.minus]).view(len(self.pairs), -1)
+        """[pairs, entries] from the reduced vector (on the host; in numpy: a few hundred values, where each
+        torch op on the host costs more than the arithmetic)."""
+        ext = numpy.concatenate([vec.numpy(), (float(n), -1.0, 0.0)])
+        return torch.from_numpy(ext[self.plus_np] - ext[self.minus_np]).view(len(self.pairs), -1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -321,33 +326,63 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
              ints[2] < EXACT_LOG_BELOW)
     options = dict(num_warps=NUM_WARPS, **_launch_options(device))
     fast = fast_pass()
-    rows = progs * (1 + fast)  # both launches' rows (the fast kernel's first), reduced together
-    # one int32 allocation: the rows, then the fast kernel's tile list and per-program list lengths
-    ints_out = torch.empty(rows * lay.wi + (progs * tiles_per_prog + progs) * fast + 1, dtype=torch.int32,
-                           device=device)
-    floats = torch.empty(rows * lay.wf, dtype=torch.float64, device=device)
-    listed = ints_out[rows * lay.wi:rows * lay.wi + progs * tiles_per_prog]
-    count = ints_out[rows * lay.wi + progs * tiles_per_prog:][:max(progs * fast, 1)]
-
-    def sections(row0: int) -> tuple[torch.Tensor, ...]:
-        i, f = row0 * lay.wi, row0 * lay.wf
-        return (ints_out[i + lay.cnt:], ints_out[i + lay.tcnt:], floats[f + lay.sums:], floats[f + lay.maxes:],
-                ints_out[i + lay.hist:], floats[f + lay.omax:])
+    ws = _workspace(lay, progs, tiles_per_prog, fast, device)
     with _on(device):
         if fast:
-            launch(_fast_kernel(), progs, (*xs, n, fconsts, *ints, tiles_per_prog, *sections(0), listed, count,
+            launch(_fast_kernel(), progs, (*xs, n, fconsts, *ints, tiles_per_prog, *ws.first, ws.listed, ws.count,
                                            *shape, _ulp_safe(ints)), options)
-        launch(exact, progs, (*xs, n, fconsts, *ints, tiles_per_prog, *sections(rows - progs), listed, count,
+        launch(exact, progs, (*xs, n, fconsts, *ints, tiles_per_prog, *ws.last, ws.listed, ws.count,
                               *shape, fast), options)
-    if stats is not None:
-        stats.update(tiles=_cdiv(n, BLOCK), listed=int(count.sum()) if fast else None)
-    # reduced over programs on the device in one launch (finish_kernel), one transfer
-    vec = torch.empty(lay.wi + lay.wf, dtype=torch.float64, device=device)
-    with _on(device):
-        grid = _cdiv(lay.wi, FINISH_COLS) + _cdiv(lay.wf, FINISH_COLS)
-        launch(_finish_kernel(), grid, (ints_out, floats, vec, rows, lay.wi, lay.wf, lay.maxes, FINISH_ROWS,
-                                        FINISH_COLS), {"num_warps": FINISH_WARPS})
-    return lay.entries(vec.cpu(), n)
+        if stats is not None:
+            stats.update(tiles=_cdiv(n, BLOCK), listed=int(ws.count.sum()) if fast else None)
+        # reduced over programs on the device in one launch (finish_kernel), one transfer
+        launch(_finish_kernel(), ws.grid, (ws.ints, ws.floats, ws.vec, ws.rows, lay.wi, lay.wf, lay.maxes,
+                                           FINISH_ROWS, FINISH_COLS), {"num_warps": FINISH_WARPS})
+    return lay.entries(ws.vec.cpu(), n)
+
+
+class _Workspace:
+    """One launch's output buffers on the device, and the sections the kernels write: one int32 allocation
+    (both launches' per-program rows, then the fast kernel's tile list and per-program list lengths), one
+    fp64 allocation, the reduced vector. Every element a kernel reads was written earlier in the same call,
+    and each call ends in a blocking transfer, so consecutive calls can share one workspace."""
+
+    def __init__(self, lay: _Layout, progs: int, tiles_per_prog: int, fast: bool, device: torch.device):
+        self.rows = rows = progs * (1 + fast)  # both launches' rows (the fast kernel's first), reduced together
+        self.ints = torch.empty(rows * lay.wi + (progs * tiles_per_prog + progs) * fast + 1, dtype=torch.int32,
+                                device=device)
+        self.floats = torch.empty(rows * lay.wf, dtype=torch.float64, device=device)
+        listed_at = rows * lay.wi
+        self.listed = self.ints[listed_at:listed_at + progs * tiles_per_prog]
+        self.count = self.ints[listed_at + progs * tiles_per_prog:][:max(progs * fast, 1)]
+        self.first, self.last = self._sections(lay, 0), self._sections(lay, rows - progs)
+        self.vec = torch.empty(lay.wi + lay.wf, dtype=torch.float64, device=device)
+        self.grid = _cdiv(lay.wi, FINISH_COLS) + _cdiv(lay.wf, FINISH_COLS)
+        self.bytes = self.ints.numel() * 4 + self.floats.numel() * 8
+
+    def _sections(self, lay: _Layout, row0: int) -> tuple[torch.Tensor, ...]:
+        i, f = row0 * lay.wi, row0 * lay.wf
+        return (self.ints[i + lay.cnt:], self.ints[i + lay.tcnt:], self.floats[f + lay.sums:],
+                self.floats[f + lay.maxes:], self.ints[i + lay.hist:], self.floats[f + lay.omax:])
+
+
+# Kept for the next call of the same launch shape: the allocations and the dozen views cost more host time
+# than the kernels take at a million elements (benchmarks/compare_overhead.py). Only small workspaces are kept
+# (a tile list of a 2.7e8-element tensor is 34 MB): a larger tensor's kernels take far longer than allocating.
+KEEP_WORKSPACE_BYTES = 4 << 20
+_workspaces: dict = {}
+
+
+def _workspace(lay: _Layout, progs: int, tiles_per_prog: int, fast: bool, device: torch.device) -> _Workspace:
+    key = (lay.pairs, lay.same, progs, tiles_per_prog, fast, device, threading.get_ident())
+    ws = _workspaces.get(key)
+    if ws is None:
+        ws = _Workspace(lay, progs, tiles_per_prog, fast, device)
+        if ws.bytes <= KEEP_WORKSPACE_BYTES:
+            if len(_workspaces) >= 16:
+                _workspaces.pop(next(iter(_workspaces)))
+            _workspaces[key] = ws
+    return ws
 
 
 def _fconsts(fparams: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -450,7 +485,7 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
     whole = all(t.device == device and t.is_contiguous() for t in tensors)
     size = tensors[0].numel() if whole else DEFAULT_CHUNK_ELEMS
     fconsts = _fconsts(fparams, device)
-    sums, maxes = None, None
+    sums, maxes, chunks = None, None, 0
     try:
         for chunk in iter_aligned_chunks(tensors, size):
             raws = [c.to(device) for c in chunk]
@@ -465,13 +500,14 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
             out = _raw_partials(raws, pairs, fconsts, ints)
             sums = out if sums is None else sums + out
             maxes = out if maxes is None else torch.maximum(maxes, out)
+            chunks += 1
     except Exception as e:  # a compile error, an unsupported GPU: the eager core still answers
         warnings.warn(f"fusecheck: Triton comparison kernel unavailable ({type(e).__name__}: {e}); using eager")
         _failed.add(variant)
         return None
     if sums is None:
         return None
-    return torch.where(SUM_COLUMNS, sums, maxes)
+    return sums if chunks == 1 else torch.where(SUM_COLUMNS, sums, maxes)
 
 
 def _abs_max(xs: list[torch.Tensor]) -> float:
