@@ -148,9 +148,13 @@ def _family_text(family: Family) -> str:
 
 
 def _still_failing(row: Comparison, call: str, why: str, margins: dict) -> None:
+    """The row's verdict, with why it still fails and the margins that say so (a part of the row settled on
+    its own, `_split`, already names its call and prefixes its margins: neither is repeated)."""
     v = row.verdict
-    row.verdict = Verdict(v.status, v.code, f"{v.message}; and {why} ({call} compiled call)", v.failed_checks,
-                          {**v.margins, **{f"settled.{k}": m for k, m in margins.items()}})
+    where = "" if why.endswith("compiled call)") else f" ({call} compiled call)"
+    settled = {k if k.startswith("settled.") else f"settled.{k}": m for k, m in margins.items()}
+    row.verdict = Verdict(v.status, v.code, f"{v.message}; and {why}{where}", v.failed_checks,
+                          {**v.margins, **settled})
 
 
 def _band(row: Comparison, doubt: Doubt, remaining, spread: Spread, judge: RowJudge, name: str,

@@ -55,6 +55,10 @@ def test_worse_where_eager_has_digits_still_fails():
     row, _ = _row(digit_err=4.0, no_digit_err=1.0, tiny_err=2.4)
     assert not row.passed
     assert "where eager has a significant digit" in row.verdict.message
+    # the part settled on its own names its call and prefixes its margins once
+    assert row.verdict.message.count("compiled call)") == 1, row.verdict.message
+    assert any(k.startswith("settled.") for k in row.verdict.margins)
+    assert not any(k.startswith("settled.settled.") for k in row.verdict.margins), row.verdict.margins
 
 
 def test_far_noisier_where_eager_has_no_digit_still_fails():
