@@ -409,20 +409,21 @@ def test_packed_counts_keep_their_high_field_past_the_sign_bit():
     assert out.tolist() == [3 * 32, 40000 * 32]
 
 
-def test_a_kept_workspace_serves_the_next_call_of_its_shape_with_that_calls_data(monkeypatch):
-    """Consecutive calls of one launch shape share their output buffers (no allocation, no views per call):
-    each call's answer is its own data's, with NaN/Inf in one call and not in the next (the tile list the
-    fast pass writes changes length), and a workspace over the size limit is not kept."""
+def test_a_kept_workspace_serves_the_next_call_with_that_calls_data(monkeypatch):
+    """Consecutive calls share their output buffers (no allocation, no views per call): each call's answer
+    is its own data's, with NaN/Inf in one call and not in the next (the tile lists the fast pass writes
+    change length), a larger tensor grows the workspace and a smaller one then uses part of it."""
     monkeypatch.setattr(triton_core, "_workspaces", {})
     gen = torch.Generator().manual_seed(21)
-    n = 3 * triton_core.BLOCK + 5
-    clean = _values(n, torch.bfloat16, gen)
-    dirty = [t.clone() for t in _values(n, torch.bfloat16, gen)]
-    dirty[2][[1, n - 3]] = math.nan
-    for k, (g, ref, res) in enumerate((clean, dirty, clean)):
+    block = triton_core.BLOCK
+    small, large = 3 * block + 5, 9 * block + 3  # several tiles per program in the interpreter's 3 programs
+    clean = _values(small, torch.bfloat16, gen)
+    dirty = [t.clone() for t in _values(small, torch.bfloat16, gen)]
+    dirty[2][[1, small - 3]] = math.nan
+    big = [t.clone() for t in _values(large, torch.bfloat16, gen)]
+    big[1][[0, large // 2]] = math.inf
+    for k, (g, ref, res) in enumerate((clean, dirty, clean, big, dirty, clean)):
         _check_partials([res, ref, g], PAIRS, torch.bfloat16, where=f"call {k}")
-    assert len(triton_core._workspaces) == 1  # one shape: one workspace, kept
-    monkeypatch.setattr(triton_core, "KEEP_WORKSPACE_BYTES", 0)
-    monkeypatch.setattr(triton_core, "_workspaces", {})
-    _check_partials([clean[2], clean[1], clean[0]], PAIRS, torch.bfloat16, where="not kept")
-    assert not triton_core._workspaces
+    assert len(triton_core._workspaces) == 1  # one pair layout: one workspace, grown once
+    (ws,) = triton_core._workspaces.values()
+    assert ws.tiles >= -(-large // block) // triton_core._programs(large, DEVICE, block, triton_core.PROGRAMS_PER_SM)

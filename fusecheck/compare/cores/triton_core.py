@@ -343,22 +343,23 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
 
 class _Workspace:
     """One launch's output buffers on the device, and the sections the kernels write: one int32 allocation
-    (both launches' per-program rows, then the fast kernel's tile list and per-program list lengths), one
-    fp64 allocation, the reduced vector. Every element a kernel reads was written earlier in the same call,
-    and each call ends in a blocking transfer, so consecutive calls can share one workspace."""
+    (both launches' per-program rows, then the fast kernel's tile lists, `tiles` slots per program, and
+    their lengths), one fp64 allocation, the reduced vector. Every element a kernel reads was written earlier
+    in the same call, and each call ends in a blocking transfer, so consecutive calls can share one."""
 
-    def __init__(self, lay: _Layout, progs: int, tiles_per_prog: int, fast: bool, device: torch.device):
+    def __init__(self, lay: _Layout, progs: int, tiles: int, fast: bool, device: torch.device):
+        self.tiles = tiles
         self.rows = rows = progs * (1 + fast)  # both launches' rows (the fast kernel's first), reduced together
-        self.ints = torch.empty(rows * lay.wi + (progs * tiles_per_prog + progs) * fast + 1, dtype=torch.int32,
+        self.ints = torch.empty(rows * lay.wi + (progs * tiles + progs) * fast + 1, dtype=torch.int32,
                                 device=device)
         self.floats = torch.empty(rows * lay.wf, dtype=torch.float64, device=device)
         listed_at = rows * lay.wi
-        self.listed = self.ints[listed_at:listed_at + progs * tiles_per_prog]
-        self.count = self.ints[listed_at + progs * tiles_per_prog:][:max(progs * fast, 1)]
+        # a program's list starts at its index times the call's tiles per program (at most `tiles`)
+        self.listed = self.ints[listed_at:listed_at + progs * tiles]
+        self.count = self.ints[listed_at + progs * tiles:][:max(progs * fast, 1)]
         self.first, self.last = self._sections(lay, 0), self._sections(lay, rows - progs)
         self.vec = torch.empty(lay.wi + lay.wf, dtype=torch.float64, device=device)
         self.grid = _cdiv(lay.wi, FINISH_COLS) + _cdiv(lay.wf, FINISH_COLS)
-        self.bytes = self.ints.numel() * 4 + self.floats.numel() * 8
 
     def _sections(self, lay: _Layout, row0: int) -> tuple[torch.Tensor, ...]:
         i, f = row0 * lay.wi, row0 * lay.wf
@@ -366,22 +367,17 @@ class _Workspace:
                 self.floats[f + lay.maxes:], self.ints[i + lay.hist:], self.floats[f + lay.omax:])
 
 
-# Kept for the next call of the same launch shape: the allocations and the dozen views cost more host time
-# than the kernels take at a million elements (benchmarks/compare_overhead.py). Only small workspaces are kept
-# (a tile list of a 2.7e8-element tensor is 34 MB): a larger tensor's kernels take far longer than allocating.
-KEEP_WORKSPACE_BYTES = 4 << 20
+# Kept for the next call of the same pairs and launch width: the allocations and the dozen views cost more
+# host time than the kernels take at a million elements (benchmarks/compare_overhead.py). One per pair layout,
+# device and thread; it grows to the largest tensor's tile lists (4 bytes per 32 elements: 34 MB at 2.7e8).
 _workspaces: dict = {}
 
 
 def _workspace(lay: _Layout, progs: int, tiles_per_prog: int, fast: bool, device: torch.device) -> _Workspace:
-    key = (lay.pairs, lay.same, progs, tiles_per_prog, fast, device, threading.get_ident())
+    key = (lay.pairs, lay.same, progs, fast, device, threading.get_ident())
     ws = _workspaces.get(key)
-    if ws is None:
-        ws = _Workspace(lay, progs, tiles_per_prog, fast, device)
-        if ws.bytes <= KEEP_WORKSPACE_BYTES:
-            if len(_workspaces) >= 16:
-                _workspaces.pop(next(iter(_workspaces)))
-            _workspaces[key] = ws
+    if ws is None or ws.tiles < tiles_per_prog:
+        ws = _workspaces[key] = _Workspace(lay, progs, tiles_per_prog, fast, device)
     return ws
 
 
