@@ -33,6 +33,14 @@ def _pairs(src: torch.dtype, dst: torch.dtype) -> dict:
     return {src: dst, COMPLEX_OF.get(src): COMPLEX_OF.get(dst)}
 
 
+def _autograd_own_op() -> bool:
+    """Whether a built-in autograd node's backward issued this op. The model's own code may run inside a
+    backward too (a checkpoint's recompute in a Python Function's backward, the streamed golden's pieces):
+    there the current node is a Python Function's, and its casts are the model's."""
+    node = torch._C._current_autograd_node()
+    return node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
 def _uses(tree: Any, dtype: torch.dtype) -> bool:
     wanted = {dtype, COMPLEX_OF.get(dtype)}
     return any(isinstance(x, torch.Tensor) and x.dtype in wanted for x in pytree.tree_leaves(tree))
@@ -87,10 +95,10 @@ class GoldenFallback(TorchDispatchMode):
         # a golden value converted down (not an allocation: factories, FSDP's and collectives' buffers keep
         # their dtype; nor an out= buffer)
         kept_as = None
-        # not in a backward: autograd's own casts there give a gradient the dtype of its forward input, and a
-        # tensor the golden holds in a lower dtype (an fp32 accumulator from a factory) must get its own
+        # not autograd's own cast in a backward: it gives a gradient the dtype of its forward input, and a tensor
+        # the golden holds in a lower dtype (an fp32 accumulator from a factory) must get its own
         if (self._keeps(kwargs.get("dtype")) and not func._schema.is_mutable and _uses(args, self.golden)
-                and torch._C._current_graph_task_id() == -1):
+                and not _autograd_own_op()):
             kept_as = kwargs["dtype"]
             what = f"{func.overloadpacket.__name__} to {str(kept_as).removeprefix('torch.')}"
             self.kept[what] = self.kept.get(what, 0) + 1

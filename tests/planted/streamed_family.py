@@ -29,6 +29,8 @@ a golden that upcasts one piece at a time unless it is as general as a whole-mod
 - `bits`: the bits of a kept cast (`h.float().view(torch.int32) & mask`, mantissa truncation as fake-quant
   does) in each block and at the root: the golden keeps the `.float()` in fp64, and the bits it reads must be
   those of eager's fp32 value in both goldens
+- `fp32_norm`: each block's norm computes in fp32 (`x.float()`, LlamaRMSNorm's way) and casts back: a kept
+  cast inside a piece, which the streamed golden runs again in its backward (the recompute must keep it too)
 - `segment_sum`: a kept `.float()` value written by `index_add_` into an fp32 buffer from a factory (an MoE
   combine), at the root
 - `vocab`: 11 (the embedding is smaller than a block: upcast for the whole run) or 16 (streamed)
@@ -45,7 +47,7 @@ from fusecheck.case import Case
 
 PATTERNS = ("dtype_outside", "self_dtype", "finfo", "shared", "twice", "glob", "buffers", "param_arg", "autocast",
             "hooks", "fp32_residual", "type_as", "root_head", "hard_bf16", "cross_ref", "nested_unit",
-            "complex_buffer", "attr_tensor", "bits", "segment_sum")
+            "complex_buffer", "attr_tensor", "bits", "segment_sum", "fp32_norm")
 HIDDEN, SEQ, N_BLOCKS = 8, 6, 3
 
 
@@ -72,6 +74,7 @@ class Recipe:
     attr_tensor: bool = False
     bits: bool = False
     segment_sum: bool = False
+    fp32_norm: bool = False
     vocab: int = 11
 
     @property
@@ -95,9 +98,10 @@ def truncated(h: torch.Tensor) -> torch.Tensor:
 
 
 class Block(torch.nn.Module):
-    def __init__(self, hidden: int, buffers: bool, attr_tensor: bool = False, bits: bool = False):
+    def __init__(self, hidden: int, buffers: bool, attr_tensor: bool = False, bits: bool = False,
+                 fp32_norm: bool = False):
         super().__init__()
-        self.bits = bits
+        self.bits, self.fp32_norm = bits, fp32_norm
         self.norm = torch.nn.LayerNorm(hidden)
         self.fc = torch.nn.Linear(hidden, hidden)
         self.gain = torch.nn.Parameter(1 + 0.1 * torch.randn(hidden))
@@ -110,7 +114,12 @@ class Block(torch.nn.Module):
         self.mix: list = []
 
     def forward(self, x, extra=None):
-        y = torch.tanh(self.fc(self.norm(x))) * self.gain
+        if self.fp32_norm:  # LlamaRMSNorm: in fp32, cast back to the block's dtype
+            h = x.float()
+            h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.norm.weight
+        else:
+            h = self.norm(x)
+        y = torch.tanh(self.fc(h)) * self.gain
         if self.scale is not None:
             y = y * self.scale
         if extra is not None:
@@ -130,7 +139,7 @@ class FamilyModel(torch.nn.Module):
     def __init__(self, r: Recipe):
         super().__init__()
         self.r = r
-        blocks = [Block(HIDDEN, r.buffers, r.attr_tensor, r.bits) for _ in range(N_BLOCKS)]
+        blocks = [Block(HIDDEN, r.buffers, r.attr_tensor, r.bits, r.fp32_norm) for _ in range(N_BLOCKS)]
         if r.glob:  # registered first, so that the first parameter (self.dtype) is a block's
             for i, b in enumerate(blocks):
                 setattr(self, f"block{i}", b)
