@@ -1,7 +1,7 @@
 """The Triton comparison kernels' core tests (tests/compare/test_compare_triton.py), in a fresh process on a machine
 without CUDA: Triton's interpreter is chosen before triton is first imported, and in a whole suite Inductor
-has imported it by then, so that file skips itself there. This runs its fast-pass, threshold-tie, NaN/Inf and
-equivalence tests where CI can (triton installed by the test extra); on CUDA the file runs natively."""
+has imported it by then, so that file skips itself there. This runs its fast-pass, threshold-tie, NaN/Inf,
+equivalence and kept-workspace tests where CI can (triton installed by the test extra); on CUDA the file runs natively."""
 import os
 import subprocess
 import sys
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SELECTED = "fast_pass or ordinary or exact_kernel_alone or ties or nan_and_inf or (every_accumulator and bfloat16)"
+SELECTED = ("fast_pass or ordinary or exact_kernel_alone or ties or nan_and_inf or (every_accumulator and bfloat16) "
+            "or kept_workspace")
 
 
 @pytest.mark.slow
