@@ -34,11 +34,14 @@ def _pairs(src: torch.dtype, dst: torch.dtype) -> dict:
 
 
 def _autograd_own_op() -> bool:
-    """Whether a built-in autograd node's backward issued this op. The model's own code may run inside a
-    backward too (a checkpoint's recompute in a Python Function's backward, the streamed golden's pieces):
-    there the current node is a Python Function's, and its casts are the model's."""
+    """Whether a built-in autograd node's backward issued this op (its formula, or the engine casting a
+    gradient to its input's dtype; grad mode is off there). The model's own code may run inside a backward
+    too: a Python Function's backward (a reentrant checkpoint, the streamed golden's pieces), or a
+    non-reentrant checkpoint's recompute, which runs the forward with grad mode on inside a built-in node's
+    unpacking of a saved tensor. Its casts are the model's."""
     node = torch._C._current_autograd_node()
-    return node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+    return (node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+            and not torch.is_grad_enabled())
 
 
 def _uses(tree: Any, dtype: torch.dtype) -> bool:

@@ -167,3 +167,40 @@ def test_an_operand_the_model_cast_down_is_upcast_exactly_beside_golden_ones():
     assert out.dtype == torch.float64
     assert torch.allclose(out, lin(x.to(torch.bfloat16).double()), rtol=0, atol=1e-13)
     assert any("upcast (exactly)" in n for n in mode.notes()) and not mode.fell_back
+
+
+class CheckpointedNorms(nn.Module):
+    """Blocks with an fp32 RMS norm under activation checkpointing: the recompute runs the model's casts
+    inside a backward (a reentrant checkpoint in a Python Function's backward, a non-reentrant one in a
+    built-in node's unpacking of a saved tensor, with grad mode on); they are the model's and stay kept, or
+    the non-reentrant checkpoint finds recomputed values of another dtype."""
+
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(16, 16) for _ in range(3))
+        self.reentrant = reentrant
+
+    def block(self, fc, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x + torch.tanh(fc(h.to(x.dtype)))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        for fc in self.fcs:
+            x = checkpoint(self.block, fc, x, use_reentrant=self.reentrant)
+        return x
+
+
+@pytest.mark.parametrize("golden", ["whole", "streamed"])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_casts_in_a_checkpoints_recompute_stay_kept(reentrant, golden):
+    def check(backend):
+        torch.manual_seed(0)
+        return run_check(_case(CheckpointedNorms(reentrant), torch.randn(4, 16)), backend=backend, train=True,
+                         golden=golden)
+    ok, bad = check("aot_eager"), check(BAD)
+    assert ok.status == "PASS", [(r.name, r.verdict.message) for r in ok.rows]
+    assert not any("round as written" in n for n in ok.notes), ok.notes
+    assert any("stay float64 in the golden" in n for n in ok.notes), ok.notes
+    assert bad.status == "FAIL"
