@@ -6,7 +6,8 @@ on the same rolled inputs, and each compiled result is compared with eager's as 
 
 The rule needs no golden of its own. For any golden g on the rolled inputs, rmse(c - g) >= rmse(c - e) -
 rmse(e - g) (the triangle inequality), and eager's error on the same values rolled is estimated by its error
-on the first inputs, sigma_e. So where rmse(c - e) > (R + 1) sigma_e (R: the policy's RMSE ratio), compiled
+on the first inputs, sigma_e, scaled by how much larger eager's result is there (rounding errors are
+relative: a gradient twice as large on the rolled inputs carries twice the rounding; never scaled down). So where rmse(c - e) > (R + 1) sigma_e (R: the policy's RMSE ratio), compiled
 is worse than R x eager on that call whatever the golden there. Two guards keep a correct compile quiet: the
 bound is at least R x the first call's own compiled-eager distance (rmse(c1 - e1): the same kernels on the
 same values), and the elements beyond the bound must be more than R x as many as on the first call, beyond
@@ -46,12 +47,13 @@ class RolledStats:
     rmse: float
     hist: torch.Tensor
     numel: int
+    eager_rms: float = 0.0  # of eager's finite values: the rolled result's scale
 
 
 def distance(c: torch.Tensor, e: torch.Tensor) -> RolledStats:
     """rmse(c - e) and the histogram of |c - e|, in fp64, a chunk at a time (no full-size temporary)."""
     hist = torch.zeros(BINS, dtype=torch.int64)
-    sq, finite = 0.0, 0
+    sq, finite, esq, efinite = 0.0, 0, 0.0, 0
     for cc, ee in zip(c.reshape(-1).split(CHUNK), e.reshape(-1).split(CHUNK)):
         cc, ee = cc.double(), ee.to(cc.device).double()
         same = (cc == ee) | (cc.isnan() & ee.isnan())
@@ -59,10 +61,14 @@ def distance(c: torch.Tensor, e: torch.Tensor) -> RolledStats:
         ok = d.isfinite()
         sq += float(torch.where(ok, d, 0.0).square().sum())
         finite += int(ok.sum())
+        eok = ee.isfinite()
+        esq += float(torch.where(eok, ee, 0.0).square().sum())
+        efinite += int(eok.sum())
         exp = torch.frexp(torch.where(ok, d, 0.0))[1].long() + OFFSET
         b = torch.where(d == 0, 0, torch.where(ok, exp.clamp(1, BINS - 2), BINS - 1))
         hist += torch.bincount(b, minlength=BINS).cpu()
-    return RolledStats((sq / finite) ** 0.5 if finite else 0.0, hist, c.numel())
+    return RolledStats((sq / finite) ** 0.5 if finite else 0.0, hist, c.numel(),
+                       (esq / efinite) ** 0.5 if efinite else 0.0)
 
 
 def beyond(hist: torch.Tensor, bound: float) -> int:
@@ -103,16 +109,21 @@ def rolled_call_verdict(row: Comparison, stats: RolledStats, c1: torch.Tensor, e
         return None
     ratios = policy.ratios
     r = ratios.small_tensor_rmse if stats.numel < ratios.small_tensor_numel else ratios.rmse
-    bound = max((r + 1) * eager_err.rmse, r * first.rmse)
+    before = distance(c1, e1)
+    grow = stats.eager_rms / before.eager_rms if before.eager_rms > 0 else 1.0
+    grow = grow if math.isfinite(grow) and grow > 1 else 1.0
+    bound = max((r + 1) * eager_err.rmse, r * first.rmse) * grow
     if stats.rmse <= bound:
         return None
-    ours, theirs = beyond(stats.hist, bound), beyond(distance(c1, e1).hist, bound)
+    ours, theirs = beyond(stats.hist, bound), beyond(before.hist, bound / grow)
     if not _count_significantly_worse(ours, 0, theirs, r, ratios):
         return None
     return Verdict(Status.FAIL, "rolled_call_worse",
                    f"{CALL} differs from eager's call on the same inputs by RMSE {stats.rmse:.3g}, beyond the bound "
                    f"{bound:.3g} ({r + 1:g}x eager's own RMSE against the golden, {eager_err.rmse:.3g}, and {r:g}x "
-                   f"the first call's distance to eager, {first.rmse:.3g}), on {ours} of {stats.numel} elements "
+                   f"the first call's distance to eager, {first.rmse:.3g}"
+                   + (f"; x{grow:.3g}, eager's result as much larger there" if grow > 1 else "")
+                   + f"), on {ours} of {stats.numel} elements "
                    f"against {theirs} on the first inputs: on that call compiled is worse than {r:g}x eager "
                    f"whatever the golden there")
 
