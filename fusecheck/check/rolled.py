@@ -6,15 +6,16 @@ on the same rolled inputs, and each compiled result is compared with eager's as 
 
 The rule needs no golden of its own. For any golden g on the rolled inputs, rmse(c - g) >= rmse(c - e) -
 rmse(e - g) (the triangle inequality), and eager's error on the same values rolled is estimated by its error
-on the first inputs, sigma_e, scaled by how much larger eager's result is there (rounding errors are
-relative: a gradient twice as large on the rolled inputs carries twice the rounding; never scaled down).
-So where rmse(c - e) > (R + 1) sigma_e (R: the policy's RMSE ratio), compiled is worse than R x eager on
-that call whatever the golden there. Two guards keep a correct compile quiet: the bound is at least R x
-the first call's own compiled-eager distance (rmse(c1 - e1): the same kernels on the same values), and the elements beyond the bound must be more than R x as many as on the first call, beyond
-chance (the Poisson test of the count checks; counted on power-of-two bins, the same way for both calls), so
-that a few near-tie flips (a relu at 0), whose O(1) differences alone can lift an RMSE, never fail a row. A
-model with discrete decisions is screened less (compiled.py `_rolled_screen`): bf16 ties are common, and a
-selection (routing) moves whole rows, a relu or max-pool tie moves gradients, each with no golden to follow.
+on the first inputs, sigma_e, scaled by how much larger eager's result is there (rounding errors are relative:
+a gradient twice as large on the rolled inputs carries twice the rounding; never scaled down). So where rmse(c
+- e) > (R + 1) sigma_e (R: the policy's RMSE ratio), compiled is worse than R x eager on that call whatever
+the golden there. Two guards keep a correct compile quiet: the bound is at least R x the first call's own
+compiled-eager distance (rmse(c1 - e1): the same kernels on the same values), and the elements beyond the
+bound must be more than R x as many as on the first call, beyond chance (the Poisson test of the count checks;
+counted on power-of-two bins, the same way for both calls), so that a few near-tie flips (a relu at 0), whose
+O(1) differences alone can lift an RMSE, never fail a row. A model with discrete decisions is screened less
+(compiled.py `_rolled_screen`): bf16 ties are common, and a selection (routing) moves whole rows, a relu or
+max-pool tie moves gradients, each with no golden to follow.
 What it cannot see: a call wrong on a few elements only, or by less than ~3x eager's RMSE.
 
 Also here: results that ignore their inputs (the compiled call on rolled inputs repeated the first call's
