@@ -67,8 +67,7 @@ def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[
                 # values another meaning): before any row was judged, run it again with the casts as written
                 if p.passes_through(exc) or not fallback.kept or delivered[0]:
                     raise
-                fallback.stand_down(f"with them kept, the golden failed: {type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0][:160]}")
+                fallback.stand_down("the golden", exc)
                 _each_pass(p, judge, compiled, golden, fallback, counted)
         except Exception as exc:
             if p.passes_through(exc):

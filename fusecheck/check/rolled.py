@@ -110,10 +110,13 @@ def rolled_call_verdict(row: Comparison, stats: RolledStats, c1: torch.Tensor, e
         return None
     ratios = policy.ratios
     r = ratios.small_tensor_rmse if stats.numel < ratios.small_tensor_numel else ratios.rmse
+    base = max((r + 1) * eager_err.rmse, r * first.rmse)
+    if stats.rmse <= base:  # the scale only ever widens the bound: the first call's pass is not needed here
+        return None
     before = distance(c1, e1)
     grow = stats.eager_rms / before.eager_rms if before.eager_rms > 0 else 1.0
     grow = grow if math.isfinite(grow) and grow > 1 else 1.0
-    bound = max((r + 1) * eager_err.rmse, r * first.rmse) * grow
+    bound = base * grow
     if stats.rmse <= bound:
         return None
     ours, theirs = beyond(stats.hist, bound), beyond(before.hist, bound / grow)

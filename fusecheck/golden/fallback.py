@@ -78,10 +78,11 @@ class GoldenFallback(TorchDispatchMode):
         self.upcast: set[str] = set()  # ops whose lower-dtype operands were upcast to the golden's
         self.stood_down: str | None = None  # why the casts were not kept after all (stand_down)
 
-    def stand_down(self, why: str) -> None:
+    def stand_down(self, who: str, exc: BaseException) -> None:
         """Keep no cast from now on (the model's code gave the kept values another meaning): a later golden
-        run rounds at the model's casts as written."""
-        self.run, self.stood_down = None, why
+        run rounds at the model's casts as written. `who` failed with them kept, raising `exc`."""
+        first = str(exc).splitlines()[0][:160] if str(exc) else ""
+        self.run, self.stood_down = None, f"with them kept, {who} failed: {type(exc).__name__}: {first}"
         self.kept.clear()
         self.values = KeptValues(self.golden)
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
 
 from fusecheck.case import Case, TargetError
 from fusecheck.errors import NoTensorsReturned
@@ -151,8 +152,6 @@ def rng_changed(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
 def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bookkeeping, not the model's arithmetic: run outside any dispatch mode the run is under (the noise
     band's randomised rounding would take its comparisons for the model's decisions)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
     from fusecheck.compare.metrics import bitwise_equal
     with _disable_current_modes():
         return a.shape != b.shape or a.dtype != b.dtype or bitwise_equal(a, b) != a.numel()
@@ -281,7 +280,6 @@ def run_once(fn: Callable[..., Any], case: Case, *, train: bool = False,
     grads: dict[str, Any] = {}
     if train:
         cots = cotangents if cotangents is not None else make_cotangents(outputs, seed)
-        from torch.utils._python_dispatch import _disable_current_modes
         with _disable_current_modes():  # bookkeeping: the golden would keep a cast down, randomised rounding flip it
             pairs = [(outputs[k], cast_tree(c, outputs[k].dtype)) for k, c in cots.items() if k in outputs]
         if not pairs:

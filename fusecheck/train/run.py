@@ -224,8 +224,7 @@ def _shadow_step(shadow: Trajectory, model, stream, t: int, batch, dtype: torch.
     except Exception as exc:
         if not fallback.kept or shadow.losses or isinstance(exc, (TargetError, OutOfMemory)) or is_oom(exc):
             raise
-        fallback.stand_down(f"with them kept, the shadow failed: {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0][:160]}")
+        fallback.stand_down("the shadow", exc)
         return shadow.step(model, stream, t, batch, dtype, ctx=fallback)
 
 

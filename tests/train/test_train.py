@@ -153,16 +153,7 @@ def test_a_shadow_that_refuses_the_kept_cast_reruns_with_the_casts_as_written():
     `.float()` fails in the fp64 shadow with the cast kept; the shadow takes the step again with the cast as
     written, says so, and the correct backend stays in the band."""
     from fusecheck.case import Case
-
-    class AssertsItsDtype(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(16, 16)
-
-        def forward(self, x):
-            h = self.lin(x).float()
-            assert h.dtype in (torch.float32, torch.bfloat16), h.dtype
-            return h * 2
+    from tests.golden.test_golden_kept_values import AssertsItsDtype
     torch.manual_seed(0)
     case = Case(AssertsItsDtype(), (torch.randn(8, 16),), "asserts_dtype")
     r = run_train(case, backend="aot_eager", steps=2, band_runs=2)
