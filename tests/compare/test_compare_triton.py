@@ -414,6 +414,9 @@ def test_a_kept_workspace_serves_the_next_call_with_that_calls_data(monkeypatch)
     is its own data's, with NaN/Inf in one call and not in the next (the tile lists the fast pass writes
     change length), a larger tensor grows the workspace and a smaller one then uses part of it."""
     monkeypatch.setattr(triton_core, "_workspaces", {})
+    # the interpreter's fixed 3 programs on every device: on a GPU the count follows the tiles (4 vs 10 here),
+    # which keys two workspaces and never exercises the grow-then-reuse path this test is about
+    monkeypatch.setattr(triton_core, "_programs", lambda n, device, block, per_sm: max(1, min(3, -(-n // block))))
     gen = torch.Generator().manual_seed(21)
     block = triton_core.BLOCK
     small, large = 3 * block + 5, 9 * block + 3  # several tiles per program in the interpreter's 3 programs
