@@ -420,13 +420,14 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "summary":
         return summary_main(argv[1:])
-    from models.families import FAMILIES, available
+    from models.families import FAMILIES, HELD_OUT, available, held_out
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--seeds", default="0-9", help="e.g. 0-49 or 0,3,5")
     p.add_argument("--families", default="all",
                    help=f"comma-separated, or 'all' (every family that builds here); known: {','.join(FAMILIES)}; "
-                        f"issue 14's fixed models as {','.join(FIXED)}")
+                        f"issue 14's fixed models as {','.join(FIXED)}; held-out families as any:<model type> "
+                        f"(any transformers causal LM, shrunk: models/any_causal_lm.py), any:all for all of them")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--modes", default="fwd,train")
     p.add_argument("--part", default="stability", choices=["stability", "power", "both"])
@@ -462,8 +463,8 @@ def main(argv=None) -> int:
         for name, why in not_here.items():
             print(f"note: family {name} not run here: {why}", flush=True)
     else:
-        families = a.families.split(",")
-        if unknown := [f for f in families if f not in FAMILIES and f not in FIXED]:
+        families = [f for name in a.families.split(",") for f in (held_out() if name == "any:all" else [name])]
+        if unknown := [f for f in families if f not in FAMILIES and f not in FIXED and not f.startswith(HELD_OUT)]:
             print(f"error: unknown families {unknown}; known: {', '.join([*FAMILIES, *FIXED])}", file=sys.stderr)
             return 2
     if a.plants:

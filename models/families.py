@@ -942,30 +942,50 @@ _ALL = [
 FAMILIES: dict[str, Family] = {f.name: f for f in _ALL}
 
 
+HELD_OUT = "any:"  # `any:<model_type>`: a held-out family (models/any_causal_lm.py)
+
+
+def family(name: str) -> Family:
+    """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, shrunk)."""
+    if name in FAMILIES:
+        return FAMILIES[name]
+    if name.startswith(HELD_OUT) and name[len(HELD_OUT):]:
+        from models import any_causal_lm
+        model_type = name[len(HELD_OUT):]
+        return Family(name, "held-out", any_causal_lm.sample,
+                      lambda c: any_causal_lm.build(model_type, c))
+    raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<transformers model type>")
+
+
+def held_out() -> list[str]:
+    """`any:<model_type>` for every transformers causal LM type the hand-written families do not cover."""
+    from models import any_causal_lm
+    return [HELD_OUT + t for t in any_causal_lm.held_out_types()]
+
+
 def available(names=None) -> tuple[list[str], dict[str, str]]:
     """(families that can be built here, {family: why not} for the others), in registry order."""
     names = list(FAMILIES) if names is None else list(names)
-    timm_why = timm_status() if any(FAMILIES[n].needs == "timm" for n in names) else None
+    timm_why = timm_status() if any(family(n).needs == "timm" for n in names) else None
     ok, not_here = [], {}
     for n in names:
-        if FAMILIES[n].needs == "timm" and timm_why:
+        if family(n).needs == "timm" and timm_why:
             not_here[n] = timm_why
         else:
             ok.append(n)
     return ok, not_here
 
 
-def _key(family: str, seed: int) -> str:
-    if family not in FAMILIES:
-        raise KeyError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
-    return f"{family}/{int(seed)}"
+def _key(name: str, seed: int) -> str:
+    family(name)  # unknown names raise here
+    return f"{name}/{int(seed)}"
 
 
-def draw_config(family: str, seed: int) -> dict:
+def draw_config(name: str, seed: int) -> dict:
     """The config drawn for (family, seed); no model is built."""
-    f = FAMILIES[family]
-    cfg = f.sample(random.Random(_key(family, seed)))
-    return {"family": family, "kind": f.kind, **cfg}
+    f = family(name)
+    cfg = f.sample(random.Random(_key(name, seed)))
+    return {"family": name, "kind": f.kind, **cfg}
 
 
 def config_id(config: dict) -> str:
@@ -973,12 +993,12 @@ def config_id(config: dict) -> str:
     return f"{zlib.crc32(json.dumps(config, sort_keys=True).encode()):08x}"
 
 
-def draw(family: str, seed: int) -> tuple[Case, dict]:
+def draw(name: str, seed: int) -> tuple[Case, dict]:
     """Build the drawn tiny model and its inputs: weights, then inputs, from torch's global generator seeded
     from (family, seed). The model is in eval mode; batch norms are randomised."""
-    config = draw_config(family, seed)
-    torch.manual_seed(zlib.crc32(_key(family, seed).encode()))
-    built = FAMILIES[family].build(config)
+    config = draw_config(name, seed)
+    torch.manual_seed(zlib.crc32(_key(name, seed).encode()))
+    built = family(name).build(config)
     model, inputs = built[0], built[1]
     names = built[2] if len(built) > 2 else ("input_ids",)
     model.eval()
@@ -986,7 +1006,7 @@ def draw(family: str, seed: int) -> tuple[Case, dict]:
     if names is not None:  # a transformers model: keyword inputs, the logits out, no cache
         fixed = {"use_cache": False} if "use_cache" in _forward_params(model) else {}
         model = Logits(model, names, **fixed)
-    return Case(model, tuple(inputs), f"{family}_s{seed}"), config
+    return Case(model, tuple(inputs), f"{name.replace(HELD_OUT, 'any_')}_s{seed}"), config
 
 
 def _forward_params(model) -> set[str]:
@@ -999,8 +1019,11 @@ def _forward_params(model) -> set[str]:
 
 def __getattr__(name: str):
     """`models/families.py:FAMILY_SEED` is a fusecheck target: the drawn model of one grid row (`t5_0`,
-    `qwen2_moe_3`), so a row of the stability grid replays under `fusecheck check` or `bisect` as it ran."""
-    family, _, seed = name.rpartition("_")
-    if family in FAMILIES and seed.isdigit():
-        return lambda: draw(family, int(seed))[0]
+    `qwen2_moe_3`, `any_olmo2_3` for `any:olmo2`), so a row of the stability grid replays under `fusecheck check`
+    or `bisect` as it ran."""
+    fam, _, seed = name.rpartition("_")
+    if fam.startswith("any_"):  # a held-out draw: `any_olmo2_3` is `any:olmo2`, seed 3
+        fam = HELD_OUT + fam.removeprefix("any_")
+    if (fam in FAMILIES or fam.startswith(HELD_OUT)) and seed.isdigit():
+        return lambda: draw(fam, int(seed))[0]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -350,3 +350,54 @@ def test_a_grid_row_replays_as_a_target(monkeypatch):
     assert fam.__getattr__("qwen2_moe_3")() == "qwen2_moe/3" and fam.__getattr__("t5_0")() == "t5/0"
     with pytest.raises(TargetError, match="no attribute 'nope_1'"):
         load_target("models/families.py:nope_1")
+
+
+# ---- held-out families: any transformers causal LM, shrunk (models/any_causal_lm.py) ---------------------
+
+def _first_held_out_that_builds(count: int) -> list[tuple[str, tuple]]:
+    """The first `count` held-out families (name order) whose seed-0 draw builds here, with their draws."""
+    built = []
+    for name in fam.held_out():
+        try:
+            built.append((name, fam.draw(name, 0)))
+        except Exception:  # noqa: BLE001 - a type whose config does not shrink: the sweep reports it as SKIP
+            continue
+        if len(built) == count:
+            return built
+    pytest.skip("no held-out causal LM builds with this transformers")
+
+
+def test_held_out_families_are_the_causal_lms_the_drawn_families_do_not_cover():
+    from models import any_causal_lm
+    names = fam.held_out()
+    assert len(names) >= 50 and all(n.startswith(fam.HELD_OUT) for n in names)
+    covered = {fam.HELD_OUT + t for t in any_causal_lm.SEEN}
+    assert not covered & set(names) and fam.HELD_OUT + "llama" not in names
+    assert fam.draw_config(names[0], 4)["kind"] == "held-out"
+    with pytest.raises(KeyError, match="unknown family"):
+        fam.draw_config("any:", 0)
+
+
+def test_a_held_out_draw_is_small_deterministic_and_runs_forward_and_backward():
+    for name, (case, config) in _first_held_out_that_builds(2):
+        again, config_again = fam.draw(name, 0)
+        assert config == config_again and config["family"] == name
+        sa, sb = case.model.state_dict(), again.model.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
+        assert sum(p.numel() for p in case.model.parameters()) < 5e6, name  # shrunk, not the default size
+        out = case.model(*case.inputs)
+        assert out.shape[:2] == case.inputs[0].shape and torch.isfinite(out).all()
+        out.float().square().mean().backward()
+        assert any(p.grad is not None for p in case.model.parameters())
+        assert case.name == f"{name.replace(':', '_')}_s0"
+
+
+def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, capsys):
+    monkeypatch.setattr(fam, "draw", lambda family, seed: (f"{family}/{seed}", {}))
+    assert fam.__getattr__("any_gpt_bigcode_3")() == "any:gpt_bigcode/3"
+    monkeypatch.undo()
+    assert vs.main(["--families", "any:all", "--seeds", "0", "--dtypes", "bf16", "--modes", "train",
+                    "--dry-run"]) == 0
+    assert f"{len(fam.held_out())} runs" in capsys.readouterr().out
+    assert vs.main(["--families", "anyx:llama", "--dry-run"]) == 2
