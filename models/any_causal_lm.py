@@ -46,10 +46,17 @@ def sample(rng: random.Random) -> dict:
             "tied": rng.random() < 0.5}
 
 
+def _put(cfg, name: str, value) -> None:
+    try:
+        setattr(cfg, name, value)
+    except AttributeError:  # a property derived from other attributes (no setter): they set it
+        pass
+
+
 def _set(cfg, names, value) -> None:
     for n in names:
         if isinstance(getattr(cfg, n, None), int) and not isinstance(getattr(cfg, n), bool):
-            setattr(cfg, n, value)
+            _put(cfg, n, value)
 
 
 def shrunk_config(model_type: str, c: dict):
@@ -61,7 +68,7 @@ def shrunk_config(model_type: str, c: dict):
     _set(cfg, _HIDDEN, c["hidden"])
     _set(cfg, _HEADS, c["heads"])
     _set(cfg, _KV_HEADS, c["kv_heads"])
-    _set(cfg, ("head_dim", "kv_channels", "attention_head_dim"), c["head_dim"])
+    _set(cfg, ("head_dim", "kv_channels", "attention_head_dim", "rotary_dim"), c["head_dim"])
     _set(cfg, _LAYERS, c["layers"])
     _set(cfg, _INTER, c["inter"])
     _set(cfg, _EXPERT_INTER, max(16, c["inter"] // 16 * 8))  # rows of 16-byte multiples: grouped_mm needs them
@@ -78,13 +85,13 @@ def shrunk_config(model_type: str, c: dict):
     _set(cfg, ("vocab_size",), c["vocab"])
     for n in _TOKEN_IDS:
         if isinstance(getattr(cfg, n, None), int):
-            setattr(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))
+            _put(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))
     layer_types = getattr(cfg, "layer_types", None)
     if isinstance(layer_types, (list, tuple)) and old_layers:
-        setattr(cfg, "layer_types", list(layer_types)[: c["layers"]])
+        _put(cfg, "layer_types", list(layer_types)[: c["layers"]])
     for n, v in list(vars(cfg).items()):
         if isinstance(v, float) and ("dropout" in n or "pdrop" in n or n.endswith("_drop")):
-            setattr(cfg, n, 0.0)
+            _put(cfg, n, 0.0)
     if hasattr(cfg, "initializer_range"):
         cfg.initializer_range = c["init_std"]
     cfg.tie_word_embeddings = c["tied"]
