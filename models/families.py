@@ -945,12 +945,26 @@ FAMILIES: dict[str, Family] = {f.name: f for f in _ALL}
 HELD_OUT = "any:"  # `any:<model_type>`: a held-out family (models/any_causal_lm.py)
 
 
+def _any_causal_lm():
+    """The sibling module, also where this file was loaded by path (a `models/families.py:NAME` target)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    if "models.any_causal_lm" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("models.any_causal_lm",
+                                                      Path(__file__).with_name("any_causal_lm.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["models.any_causal_lm"]
+
+
 def family(name: str) -> Family:
     """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, shrunk)."""
     if name in FAMILIES:
         return FAMILIES[name]
     if name.startswith(HELD_OUT) and name[len(HELD_OUT):]:
-        from models import any_causal_lm
+        any_causal_lm = _any_causal_lm()
         model_type = name[len(HELD_OUT):]
         return Family(name, "held-out", any_causal_lm.sample,
                       lambda c: any_causal_lm.build(model_type, c))
@@ -959,8 +973,7 @@ def family(name: str) -> Family:
 
 def held_out() -> list[str]:
     """`any:<model_type>` for every transformers causal LM type the hand-written families do not cover."""
-    from models import any_causal_lm
-    return [HELD_OUT + t for t in any_causal_lm.held_out_types()]
+    return [HELD_OUT + t for t in _any_causal_lm().held_out_types()]
 
 
 def available(names=None) -> tuple[list[str], dict[str, str]]:

@@ -75,7 +75,7 @@ def finish(p: Pipeline, judge: RowJudge, eager_keys: list[str], compiled_keys: s
     with p.measured("compare"):
         for name in list(judge.eager):
             judge.judge(name, None)
-    if judge.doubtful and settle is not None:
+    if (judge.doubtful or judge.rolled_doubts) and settle is not None:
         p.notes.extend(settle(judge))
     rows = [judge.rows[name] for name in eager_keys if name in judge.rows]
     for name in sorted(compiled_keys - set(eager_keys)):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.check.rolled import RolledStats, rolled_call_verdict
+from fusecheck.check.rolled import RolledDoubt, RolledStats, distance, rolled_call_verdict
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
@@ -77,6 +77,7 @@ class RowJudge:
     again_call: dict[str, str] = field(default_factory=dict)   # which call a re-run was, if not the second
     ignores_inputs: dict[str, str] = field(default_factory=dict)  # compiled/ignores_inputs: failed with this
     rolled: dict[str, RolledStats] = field(default_factory=dict)  # the call on other inputs (check/rolled.py)
+    rolled_doubts: dict[str, RolledDoubt] = field(default_factory=dict)  # its FAILs, to settle (rolled.py)
     rows: dict[str, Comparison] = field(default_factory=dict)
     # eager's error against a golden of its own (one that followed eager's near-tied decisions where
     # compiled chose differently: fusecheck/golden/choices/), measured in an earlier golden pass
@@ -144,7 +145,13 @@ class RowJudge:
             # a row that already fails keeps its own finding (a dtype, shape or device mismatch says more)
             row.verdict = Verdict(Status.FAIL, "ignores_inputs", self.ignores_inputs[name])
         elif name in self.rolled:
-            row.verdict = rolled_call_verdict(row, self.rolled[name], c1, e1, self.policy) or row.verdict
+            failed = rolled_call_verdict(row, self.rolled[name], c1, e1, self.policy)
+            if failed is not None:
+                # a FAIL on an estimate of eager's error there: settled with it measured (rolled.settle_rolled)
+                first, eager_err = row.vs_reference, row.reference_vs_golden
+                self.rolled_doubts[name] = RolledDoubt(row.verdict, self.rolled[name], distance(c1, e1),
+                                                       first.rmse, eager_err.rmse)
+                row.verdict = failed
         return row
 
     def _doubt(self, name: str, judged, e1: torch.Tensor, g: torch.Tensor | None) -> None:

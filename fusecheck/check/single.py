@@ -14,7 +14,7 @@ import torch
 
 from fusecheck.backends import resolve_backend
 from fusecheck.case import Case
-from fusecheck.check.compiled import run_compiled, whole_model
+from fusecheck.check.compiled import other_inputs, run_compiled, whole_model
 from fusecheck.check.eager import run_eager
 from fusecheck.check.golden import run_blocks, run_golden
 from fusecheck.check.judge import capture_notes, finish, mutated_keys, row_judge, run_notes
@@ -34,6 +34,7 @@ from fusecheck.toggles.census import collecting_census
 from fusecheck.policy import Policy
 from fusecheck.check.precision_notes import pinned_fp32, pinned_note
 from fusecheck.check.signature import model_signature
+from fusecheck.check.rolled import ROLLED_NOISE_RUNS, settle_rolled
 from fusecheck.check.settle import NOISE_BAND_RUNS, settle
 from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
 from fusecheck.golden.streamed.plan import BlockPlan, make_plan
@@ -152,13 +153,23 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
     p.notes += request.notes + fallback.notes()
     p.notes += run_notes(p, eager, compiled, mutated, run_dtype)
 
-    def settling(judge):  # rows only the per-element checks failed: settled by eager's own noise band
-        phase(f"measuring eager's per-element noise band on {len(judge.doubtful)} row(s) of {p.name!r}")
-        doubt_eager = {n: d.eager for n, d in judge.doubtful.items()}
-        with p.measured("noise band"):
-            return settle(judge, lambda names: eager_spread(
-                prepared.model, prepared, runs=NOISE_BAND_RUNS, train=opts.train, cotangents=cotangents,
-                state=state[0], names=names, seed=opts.seed, eager=doubt_eager))
+    def settling(judge):  # rows failed on eager's one run: settled by eager's own randomised-rounding runs
+        notes = []
+        if judge.doubtful:
+            phase(f"measuring eager's per-element noise band on {len(judge.doubtful)} row(s) of {p.name!r}")
+            doubt_eager = {n: d.eager for n, d in judge.doubtful.items()}
+            with p.measured("noise band"):
+                notes += settle(judge, lambda names: eager_spread(
+                    prepared.model, prepared, runs=NOISE_BAND_RUNS, train=opts.train, cotangents=cotangents,
+                    state=state[0], names=names, seed=opts.seed, eager=doubt_eager))
+        rolled = other_inputs(prepared) if judge.rolled_doubts else None
+        if rolled is not None:  # the rolled call's runs made their cotangents from the seed: these do too
+            phase(f"measuring eager's noise on the rolled inputs for {len(judge.rolled_doubts)} row(s)")
+            with p.measured("noise band"):
+                notes += settle_rolled(judge.rolled_doubts, judge.rows, policy, lambda names: eager_spread(
+                    prepared.model, rolled, runs=ROLLED_NOISE_RUNS, train=opts.train, state=state[0],
+                    names=names, seed=opts.seed))
+        return notes
     rows = finish(p, judge, eager_keys, compiled_keys, settling)
     p.notes.extend(r.describe() for r in policy.relaxations)
 

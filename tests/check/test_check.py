@@ -94,6 +94,21 @@ def test_the_calls_around_other_inputs_are_judged_too(race, code, train):
         assert "inputs rolled by one" in failed[0].verdict.message
 
 
+@pytest.mark.parametrize("backend,code", [("in_fp64", 0), ("third_call_race", 1)])
+def test_eager_noisier_on_the_rolled_inputs_is_measured_there_before_a_fail(backend, code):
+    """On the rolled inputs two large values cancel in eager's sum (its error there ~ulp(3e4), hundreds of
+    times the first inputs'): the rule's estimate from the first inputs fails a compile that is more accurate
+    than eager, and eager's randomised-rounding runs on the rolled inputs clear it; a race on that call still
+    fails against the measured noise."""
+    r = check("tests/planted/cases.py:cancels_when_rolled", backend=PLANTED + backend)
+    assert r.exit_code == code, [(row.name, row.verdict.code, row.verdict.message) for row in r.rows]
+    assert any("judged again against 4 randomised-rounding eager runs on the rolled inputs" in n for n in r.notes)
+    if code:
+        assert r.rows[0].verdict.code == "rolled_call_worse"
+    else:
+        assert "within eager's own noise there" in r.rows[0].notes[-1]
+
+
 def test_more_calls_catch_an_artifact_wrong_only_after_warm_up():
     """Four calls cannot see an artifact that goes wrong from its fifth call; --calls N makes N calls and
     judges every result that differs from the first call's. A correct backend stays quiet with more calls."""

@@ -3,7 +3,10 @@ the golden, and stays quiet on a correct compile's distance to eager and on a fe
 import pytest
 import torch
 
-from fusecheck.check.rolled import RolledScreen, beyond, distance, rolled_call_verdict
+import math
+
+from fusecheck.check.rolled import (RolledDoubt, RolledScreen, beyond, distance, eager_noise, judge_rolled,
+                                    rolled_call_verdict, settle_rolled)
 from fusecheck.compare import compare
 from fusecheck.policy import Policy
 
@@ -107,3 +110,61 @@ def test_larger_values_on_the_rolled_inputs_scale_the_bound_and_a_bug_there_stil
     bad = torch.where(torch.arange(n) % 4 == 0, e3 * 1.2, e3)
     v = _verdict(first, bad, e3)
     assert v is not None and v.code == "rolled_call_worse" and "larger there" in v.message
+
+
+@pytest.mark.parametrize("c", [math.sqrt(2), math.sqrt(3)])
+def test_eager_noise_is_the_largest_error_its_randomised_runs_allow(c):
+    """Each run differs from eager by c x eager's error (c in [sqrt 2, sqrt 3]): read back at c = sqrt 2, at
+    most sqrt 1.5 above it at sqrt 3 (an over-estimate widens the bound: never a false FAIL from it)."""
+    gen = torch.Generator().manual_seed(3)
+    sigma = 1e-3
+    diffs = [c * sigma * torch.randn(20_000, generator=gen) for _ in range(4)]
+    assert sigma * c / math.sqrt(2) * 0.97 < eager_noise(diffs) < sigma * c / math.sqrt(2) * 1.03
+    assert eager_noise([]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_fail_on_the_estimate_is_cleared_by_eager_noise_measured_there_and_a_bug_is_not(seed):
+    """Eager 10x noisier on the rolled inputs at the same scale (heavier cancellation there), compiled as noisy
+    as eager: the first inputs' estimate fails it; eager's noise measured on the rolled inputs clears it.
+    20% off on every fourth element of the same call still fails with the measured noise."""
+    sigma, n = 1e-4, 10_000
+    first, gen = _first_row(seed, n, sigma, sigma)
+    g3 = torch.randn(n, generator=gen, dtype=torch.float64)
+    c3, e3 = _noisy(g3, 10 * sigma, gen), _noisy(g3, 10 * sigma, gen)
+    assert _verdict(first, c3, e3) is not None  # the estimate alone: a false FAIL
+    row, c1, e1 = first
+    runs = [(_noisy(g3, 10 * sigma, gen) - e3) for _ in range(4)]  # eager-like runs' differences from eager
+    doubt = RolledDoubt(row.verdict, _stats(c3, e3), distance(c1, e1), row.vs_reference.rmse,
+                        row.reference_vs_golden.rmse)
+    assert judge_rolled(doubt, POLICY, eager_noise(runs)) is None
+    bad = torch.where(torch.arange(n) % 4 == 0, e3 * 1.2, e3)
+    bad_doubt = RolledDoubt(row.verdict, _stats(bad, e3), doubt.before, doubt.first_rmse, doubt.eager_rmse)
+    v = judge_rolled(bad_doubt, POLICY, eager_noise(runs))
+    assert v is not None and v.code == "rolled_call_worse" and "randomised-rounding runs measure" in v.message
+
+
+def test_settling_restores_the_verdict_before_or_keeps_the_fail_and_says_so():
+    (row, c1, e1), gen = _first_row(0, 1000, 1e-4, 1e-4)
+    passed = row.verdict
+    e3 = torch.randn(1000, generator=gen)
+    doubt = RolledDoubt(passed, _stats(e3 + 1e-3 * torch.randn(1000, generator=gen), e3), distance(c1, e1),
+                        row.vs_reference.rmse, row.reference_vs_golden.rmse)
+    row.verdict = judge_rolled(doubt, POLICY)
+    assert row.verdict is not None and not row.verdict.passed
+    quiet = {"output": doubt}
+    notes = settle_rolled(quiet, {"output": row}, POLICY, lambda names: _spread_of(names, 1e-3, gen))
+    assert row.verdict is passed and quiet == {} and "1 within eager's own noise there" in notes[0]
+    row.verdict = judge_rolled(doubt, POLICY)
+    notes = settle_rolled({"output": doubt}, {"output": row}, POLICY, lambda names: _spread_of(names, 1e-6, gen))
+    assert row.verdict.code == "rolled_call_worse" and "1 still worse" in notes[0]
+    row.verdict = judge_rolled(doubt, POLICY)  # nothing measured for the row: the FAIL stands
+    settle_rolled({"output": doubt}, {"output": row}, POLICY, lambda names: _spread_of([], 1e-3, gen))
+    assert row.verdict.code == "rolled_call_worse"
+
+
+def _spread_of(names, sigma, gen):
+    from fusecheck.compare.noise_band import Spread
+    s = Spread(runs=4)
+    s.diffs = {n: [math.sqrt(2) * sigma * torch.randn(1000, generator=gen) for _ in range(4)] for n in names}
+    return s

@@ -545,3 +545,25 @@ class HoldsCacheObject(nn.Module):
 
 def holds_cache_object():
     return Case(HoldsCacheObject(), (torch.randn(4, 8),), "holds_cache_object")
+
+
+class CancelsWhenRolled(nn.Module):
+    """Each row's sum skips positions 0 and 2, where the input holds +L and -L: on the first inputs eager sums
+    small values, on the inputs rolled by one the two large ones meet the weights and cancel, so eager's own
+    error there is ~ulp(L), hundreds of times its error on the first inputs, while the result stays as large."""
+
+    def __init__(self, n: int = 16):
+        super().__init__()
+        w = torch.ones(n)
+        w[[0, 2]] = 0.0
+        self.register_buffer("w", w)
+
+    def forward(self, x):
+        return (x * self.w).sum(-1)
+
+
+def cancels_when_rolled():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 16, generator=gen)
+    x[:, 0], x[:, 2] = 3e4, -3e4
+    return (CancelsWhenRolled(), (x,))
