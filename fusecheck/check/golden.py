@@ -4,6 +4,7 @@
 caller's `golden(sink)`."""
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -20,13 +21,25 @@ from fusecheck.cli.watchdog import phase
 Sink = Callable[[str, torch.Tensor], None]
 
 
-def outside_modes(fn: Sink) -> Sink:
+def outside_modes(fn: Sink, dtype: torch.dtype | None = None) -> Sink:
     """The sink judges rows while the golden runs (inside GoldenFallback's dispatch mode): the comparison's
-    own ops must not go through that Python mode, one op at a time."""
+    own ops must not go through that Python mode, one op at a time, nor see the golden's default dtype."""
+    dtype = dtype or torch.get_default_dtype()
+
     def call(*args):
-        with _disable_current_modes():
+        with _disable_current_modes(), default_dtype(dtype):
             return fn(*args)
     return call
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _discard(name: str, t: torch.Tensor) -> None:
@@ -51,7 +64,7 @@ def run_golden(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
 
 def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None], how: str,
                    fallback: GoldenFallback) -> None:
-    delivered = [0]
+    delivered, base = [0], torch.get_default_dtype()
 
     def counted(sink: Sink) -> Sink:
         def call(name, t):
@@ -61,28 +74,53 @@ def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[
     with p.measured("golden"):
         try:
             try:
-                _each_pass(p, judge, compiled, golden, fallback, counted)
+                _each_pass(p, judge, compiled, golden, fallback, counted, base)
             except Exception as exc:
                 # the golden with the model's casts kept failed where eager ran (code that gives the kept
                 # values another meaning): before any row was judged, run it again with the casts as written
                 if p.passes_through(exc) or not fallback.kept or delivered[0]:
                     raise
                 fallback.stand_down("the golden", exc)
-                _each_pass(p, judge, compiled, golden, fallback, counted)
+                _each_pass(p, judge, compiled, golden, fallback, counted, base)
         except Exception as exc:
             if p.passes_through(exc):
                 raise
+            if not delivered[0] and _in_default_dtype(p, judge, compiled, golden, fallback, counted, exc):
+                return
             raise GoldenError(f"the {p.golden_dtype} golden run of {p.name!r} failed where eager ran "
                               f"({how} golden): {type(exc).__name__}: {exc}") from exc
 
 
+def _in_default_dtype(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
+                      fallback: GoldenFallback, counted: Callable[[Sink], Sink], exc: Exception) -> bool:
+    """The golden run once more with torch's default dtype set to the golden's, where it failed before any row
+    was judged: a model that makes its constants in the default dtype (transformers' XGLM writes
+    `torch.full((), torch.finfo(attn_weights.dtype).min)`: fp64's min does not fit the fp32 default) is, written
+    for fp64, a model that makes them in fp64. True when that golden ran (said in a note)."""
+    base = torch.get_default_dtype()
+    if not p.golden_dtype.is_floating_point or p.golden_dtype == base:
+        return False
+    try:
+        with default_dtype(p.golden_dtype):
+            _each_pass(p, judge, compiled, golden, fallback, counted, base)
+    except Exception as again:
+        if p.passes_through(again):
+            raise
+        return False
+    fallback.default_dtype = p.golden_dtype  # the per-block replays run with it too
+    p.notes.append(f"golden: run with torch's default dtype set to {p.golden_dtype} (tensors the model makes "
+                   f"without a dtype are {p.golden_dtype} too): with the default {base} it "
+                   f"failed where eager ran ({type(exc).__name__}: {str(exc)[:160]})")
+    return True
+
+
 def _each_pass(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
-               fallback: GoldenFallback, counted: Callable[[Sink], Sink]) -> None:
+               fallback: GoldenFallback, counted: Callable[[Sink], Sink], judged_in: torch.dtype) -> None:
     done = 0
     for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
                                         p.policy.ratios.decision_tie):
         with fallback, follower:
-            golden(outside_modes(p.timed("judge", counted(sink))))
+            golden(outside_modes(p.timed("judge", counted(sink)), judged_in))  # the caller's default dtype
         p.notes.extend(follower.report.notes())
         done += 1
     if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it
@@ -95,5 +133,5 @@ def run_blocks(p: Pipeline, recorder, fallback: GoldenFallback, judge_blocks: Ca
     if recorder is None or not recorder.calls:
         return []
     phase(f"judging each block of {p.name!r} on eager's input to it")
-    with p.measured("blocks"), fallback:
+    with p.measured("blocks"), fallback, default_dtype(fallback.default_dtype or torch.get_default_dtype()):
         return judge_blocks(recorder)

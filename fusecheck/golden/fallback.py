@@ -77,6 +77,8 @@ class GoldenFallback(TorchDispatchMode):
         self.values = KeptValues(golden)  # what they produced, and the dtype eager holds each in
         self.upcast: set[str] = set()  # ops whose lower-dtype operands were upcast to the golden's
         self.stood_down: str | None = None  # why the casts were not kept after all (stand_down)
+        # torch's default dtype the golden ran with, where the caller's failed (check/golden.py: XGLM's constants)
+        self.default_dtype: torch.dtype | None = None
 
     def stand_down(self, who: str, exc: BaseException) -> None:
         """Keep no cast from now on (the model's code gave the kept values another meaning): a later golden

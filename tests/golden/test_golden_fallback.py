@@ -113,3 +113,44 @@ def test_a_fallback_caused_by_the_models_own_cast_is_named_as_such():
     r = run_check(Case(CastsItsInput(), (torch.randn(4, 8),), "casts_input"), backend="aot_eager")
     assert r.status == "PASS" and not any("the model casts inside its forward" in n for n in r.notes), r.notes
     assert any("_to_copy to float32 x1" in n for n in r.notes), r.notes
+
+
+class MasksWithDefaultDtype(torch.nn.Module):
+    """transformers' XGLM attention: the mask value made without a dtype, `torch.full((), finfo(x.dtype).min)`,
+    which in fp64 does not fit torch's fp32 default."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        scores = self.proj(x) @ x.transpose(-1, -2)
+        causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=x.device).tril()
+        scores = torch.where(causal, scores, torch.full((), torch.finfo(scores.dtype).min, device=x.device))
+        return scores.softmax(-1) @ x
+
+
+def masks_with_default_dtype():
+    torch.manual_seed(0)
+    return MasksWithDefaultDtype(), (torch.randn(2, 12, 16),)
+
+
+def five_percent_larger(gm, example_inputs):
+    """A planted regression well past bf16's rounding (~6 of its ulps) and fp32's."""
+    return lambda *args: [o * 1.05 if o.is_floating_point() else o for o in gm(*args)]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("backend,code", [("aot_eager", 0), (f"{__file__}:five_percent_larger", 1)])
+def test_a_model_making_constants_in_the_default_dtype_gets_a_golden_in_fp64(dtype, backend, code):
+    """Plain fp64 fails on the model (the first run raises, like XGLM's); the golden runs again with torch's
+    default dtype set to fp64, says so, and judges: a correct compile passes, 5% too large fails. Torch's
+    default is the caller's again afterwards, and the judging never ran under fp64's."""
+    case = masks_with_default_dtype()
+    with pytest.raises(RuntimeError, match="overflow"):
+        case[0].double()(case[1][0].double())
+    r = run_check(Case(*case, "masks_with_default_dtype"), backend=backend, dtype=dtype, train=True)
+    assert r.exit_code == code, [(row.name, row.verdict.code, row.verdict.message) for row in r.rows]
+    assert any("default dtype set to torch.float64" in n for n in r.notes)
+    assert torch.get_default_dtype() == torch.float32
+    assert all(row.vs_golden is not None for row in r.rows)  # every row judged against the golden
