@@ -453,6 +453,8 @@ def main(argv=None) -> int:
         return run_jobs(a.jobs, argv, a.jsonl, a.shard)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.device == "cuda" and os.environ.get("FUSECHECK_GPU_SHARE") and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(float(os.environ["FUSECHECK_GPU_SHARE"]))
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -515,8 +517,11 @@ def run_jobs(jobs: int, argv: list[str], jsonl: str | None, shard: tuple[int, in
             skip = True
         elif not arg.startswith("--jobs="):
             rest.append(arg)
-    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *rest, "--shard", f"{i}/{jobs}"])
-             for i in range(jobs)]
+    # one GPU shared by the shards: each gets its share of its memory, so one draw that needs more (an SSM's
+    # scan at full chunk size) is that draw's OutOfMemory, not its neighbours'
+    env = {**os.environ, "FUSECHECK_GPU_SHARE": f"{1 / jobs:.4f}"}
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *rest, "--shard", f"{i}/{jobs}"],
+                              env=env) for i in range(jobs)]
     codes = [proc.wait() for proc in procs]
     if any(codes):
         print(f"shard exit codes: {codes}", file=sys.stderr)

@@ -27,6 +27,7 @@ _EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 _EXPERT_INTER = ("moe_intermediate_size", "expert_intermediate_size", "shared_expert_intermediate_size")
 _TOPK = ("num_experts_per_tok", "moe_top_k", "num_experts_per_token", "top_k")
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id")
+MAX_PARAMS = 10_000_000  # the hand-written families' draws stay under 1e6
 # the hand-written families' model types (models/families.py): not held out
 SEEN = frozenset({"gpt2", "llama", "qwen2", "gemma2", "bloom", "falcon", "gpt_neox", "phi", "bert", "roberta",
                   "t5", "bart", "mixtral", "qwen2_moe", "mamba", "mamba2", "albert", "deberta-v2", "fnet",
@@ -102,7 +103,13 @@ def shrunk_config(model_type: str, c: dict):
 def build(model_type: str, c: dict):
     """(model, (input_ids,)) for the draw: weights from torch's global generator, as the families do."""
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_config(shrunk_config(model_type, c))
+    cfg = shrunk_config(model_type, c)
+    with torch.device("meta"):  # sized before any memory is taken: a config this shrinker cannot reach is big
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    if params > MAX_PARAMS:
+        raise ValueError(f"{model_type}: {params:,} parameters after shrinking (at most {MAX_PARAMS:,}): its config "
+                         "sizes the model by attributes this shrinker does not know")
+    model = AutoModelForCausalLM.from_config(cfg)
     ids = torch.randint(0, c["vocab"], (c["batch"], c["seq"]))
     return model, (ids,)
 
