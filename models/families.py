@@ -7,7 +7,9 @@ nothing downloaded; timm families only where timm imports):
     case, config = draw("llama", 3)          # the same (case, config) for the same (family, seed)
     config = draw_config("llama", 3)         # the config alone, no model built (cheap)
 
-`FAMILIES = {name: Family}`; a Family is callable as `FAMILIES[name](seed) -> (Case, config)`. The config is
+`FAMILIES = {name: Family}`; a Family is callable as `FAMILIES[name](seed) -> (Case, config)`. `family(name)` also
+answers the held-out families `any:<model type>` (models/any_causal_lm.py; `held_out()` lists them), which every
+function here takes as a family name. The config is
 a plain JSON-able dict: what was drawn (sizes, heads and KV heads, layers, activation, biases, tied embeddings,
 norm placement, positions, batch and sequence...). It is a pure function of (family, seed): a
 `random.Random` seeded with the string "family/seed" (Python hashes string seeds with SHA-512: the same draw
