@@ -4,11 +4,11 @@ The hand-written families in models/families.py are the ones the verdict was dev
 does on architectures nobody looked at, `any:<model_type>` (e.g. `any:olmo2`, `any:starcoder2`) takes
 transformers' default config for that model type, shrinks every size attribute it recognises to a size drawn
 from the seed (the same draw ranges as the hand-written families), zeroes dropout, and builds
-`AutoModelForCausalLM` with random weights. `held_out_types()` lists the model types that build and run here
-that are not among the hand-written families, so a sweep over them is a sweep over unseen code.
+`AutoModelForCausalLM` with random weights. `held_out_types()` lists the causal-LM model types that are not
+among the hand-written families, so a sweep over them is a sweep over unseen code.
 
-Nothing is special-cased per model type: a type whose config does not shrink this way fails to build and is
-reported as not buildable (`build_error`), not patched.
+Nothing is special-cased per model type: a type whose config does not shrink this way fails to build (or is
+over MAX_PARAMS after shrinking) and the sweep reports it as a SKIP with the reason, not patched.
 """
 from __future__ import annotations
 

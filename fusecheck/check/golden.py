@@ -21,11 +21,10 @@ from fusecheck.cli.watchdog import phase
 Sink = Callable[[str, torch.Tensor], None]
 
 
-def outside_modes(fn: Sink, dtype: torch.dtype | None = None) -> Sink:
+def outside_modes(fn: Sink, dtype: torch.dtype) -> Sink:
     """The sink judges rows while the golden runs (inside GoldenFallback's dispatch mode): the comparison's
-    own ops must not go through that Python mode, one op at a time, nor see the golden's default dtype."""
-    dtype = dtype or torch.get_default_dtype()
-
+    own ops must not go through that Python mode, one op at a time, nor see the golden's default dtype
+    (`dtype`: the caller's)."""
     def call(*args):
         with _disable_current_modes(), default_dtype(dtype):
             return fn(*args)
@@ -85,19 +84,20 @@ def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[
         except Exception as exc:
             if p.passes_through(exc):
                 raise
-            if not delivered[0] and _in_default_dtype(p, judge, compiled, golden, fallback, counted, exc):
+            if not delivered[0] and _in_default_dtype(p, judge, compiled, golden, fallback, counted, exc, base):
                 return
             raise GoldenError(f"the {p.golden_dtype} golden run of {p.name!r} failed where eager ran "
                               f"({how} golden): {type(exc).__name__}: {exc}") from exc
 
 
 def _in_default_dtype(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
-                      fallback: GoldenFallback, counted: Callable[[Sink], Sink], exc: Exception) -> bool:
+                      fallback: GoldenFallback, counted: Callable[[Sink], Sink], exc: Exception,
+                      base: torch.dtype) -> bool:
     """The golden run once more with torch's default dtype set to the golden's, where it failed before any row
     was judged: a model that makes its constants in the default dtype (transformers' XGLM writes
     `torch.full((), torch.finfo(attn_weights.dtype).min)`: fp64's min does not fit the fp32 default) is, written
-    for fp64, a model that makes them in fp64. True when that golden ran (said in a note)."""
-    base = torch.get_default_dtype()
+    for fp64, a model that makes them in fp64. `base`: the caller's default. True when that golden ran (said
+    in a note)."""
     if not p.golden_dtype.is_floating_point or p.golden_dtype == base:
         return False
     try:
@@ -120,7 +120,7 @@ def _each_pass(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sin
     for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
                                         p.policy.ratios.decision_tie):
         with fallback, follower:
-            golden(outside_modes(p.timed("judge", counted(sink)), judged_in))  # the caller's default dtype
+            golden(outside_modes(p.timed("judge", counted(sink)), judged_in))
         p.notes.extend(follower.report.notes())
         done += 1
     if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.check.rolled import RolledDoubt, RolledStats, distance, rolled_call_verdict
+from fusecheck.check.rolled import RolledDoubt, RolledStats, judge_rolled, rolled_doubt
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
@@ -145,12 +145,11 @@ class RowJudge:
             # a row that already fails keeps its own finding (a dtype, shape or device mismatch says more)
             row.verdict = Verdict(Status.FAIL, "ignores_inputs", self.ignores_inputs[name])
         elif name in self.rolled:
-            failed = rolled_call_verdict(row, self.rolled[name], c1, e1, self.policy)
+            doubt = rolled_doubt(row, self.rolled[name], c1, e1, self.policy)
+            failed = judge_rolled(doubt, self.policy) if doubt is not None else None
             if failed is not None:
                 # a FAIL on an estimate of eager's error there: settled with it measured (rolled.settle_rolled)
-                first, eager_err = row.vs_reference, row.reference_vs_golden
-                self.rolled_doubts[name] = RolledDoubt(row.verdict, self.rolled[name], distance(c1, e1),
-                                                       first.rmse, eager_err.rmse)
+                self.rolled_doubts[name] = doubt
                 row.verdict = failed
         return row
 

@@ -1,9 +1,9 @@
 """The rolled call's rule (fusecheck/check/rolled.py) on drawn data: it fails a call worse than eager whatever
 the golden, and stays quiet on a correct compile's distance to eager and on a few near-tie flips."""
+import math
+
 import pytest
 import torch
-
-import math
 
 from fusecheck.check.rolled import (RolledDoubt, RolledScreen, beyond, distance, eager_noise, judge_rolled,
                                     rolled_call_verdict, settle_rolled)
