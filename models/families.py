@@ -965,12 +965,12 @@ def family(name: str) -> Family:
     """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, shrunk)."""
     if name in FAMILIES:
         return FAMILIES[name]
-    if name.startswith(HELD_OUT) and name[len(HELD_OUT):]:
-        any_causal_lm = _any_causal_lm()
-        model_type = name[len(HELD_OUT):]
+    model_type = name.removeprefix(HELD_OUT)
+    if name.startswith(HELD_OUT) and model_type in (any_causal_lm := _any_causal_lm()).causal_lm_types():
         return Family(name, "held-out", any_causal_lm.sample,
                       lambda c: any_causal_lm.build(model_type, c))
-    raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<transformers model type>")
+    raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<model type> for a transformers "
+                   "causal-LM model type (`--families any:all` runs every one the families above do not cover)")
 
 
 def held_out() -> list[str]:

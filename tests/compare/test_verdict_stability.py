@@ -401,3 +401,6 @@ def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, 
                     "--dry-run"]) == 0
     assert f"{len(fam.held_out())} runs" in capsys.readouterr().out
     assert vs.main(["--families", "anyx:llama", "--dry-run"]) == 2
+    assert vs.main(["--families", "any:no_such_type", "--dry-run"]) == 2  # not a causal-LM type: refused
+    with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM model type"):
+        fam.draw("any:no_such_type", 0)
