@@ -416,18 +416,26 @@ def _line(r: dict) -> str:
     return head + tail + "".join(f"\n    {f}" for f in r["fails"])
 
 
+def _held_out_group(name: str) -> list[str]:
+    """`any:all` (every held-out family), `any:vision` (the image classifiers alone); [] for any other name."""
+    from models.families import held_out
+    kinds = {"any:all": None, "any:vision": "held-out-vision"}
+    return held_out(kinds[name]) if name in kinds else []
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "summary":
         return summary_main(argv[1:])
-    from models.families import FAMILIES, available, held_out
+    from models.families import FAMILIES, available
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--seeds", default="0-9", help="e.g. 0-49 or 0,3,5")
     p.add_argument("--families", default="all",
                    help=f"comma-separated, or 'all' (every family that builds here); known: {','.join(FAMILIES)}; "
                         f"issue 14's fixed models as {','.join(FIXED)}; held-out families as any:<model type> "
-                        f"(any transformers causal LM, shrunk: models/any_causal_lm.py), any:all for all of them")
+                        f"(any transformers causal LM or image classifier, shrunk: models/any_causal_lm.py, "
+                        f"models/any_image_classifier.py), any:all for all of them, any:vision for the image classifiers")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--modes", default="fwd,train")
     p.add_argument("--part", default="stability", choices=["stability", "power", "both"])
@@ -465,7 +473,7 @@ def main(argv=None) -> int:
         for name, why in not_here.items():
             print(f"note: family {name} not run here: {why}", flush=True)
     else:
-        families = [f for name in a.families.split(",") for f in (held_out() if name == "any:all" else [name])]
+        families = [f for name in a.families.split(",") for f in _held_out_group(name) or [name]]
         if unknown := [f for f in families if f not in FIXED and not _known(f)]:
             print(f"error: unknown families {unknown}; known: {', '.join([*FAMILIES, *FIXED])}", file=sys.stderr)
             return 2

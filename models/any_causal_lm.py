@@ -47,17 +47,63 @@ def sample(rng: random.Random) -> dict:
             "tied": rng.random() < 0.5}
 
 
-def _put(cfg, name: str, value) -> None:
+def put_attr(cfg, name: str, value) -> None:
     try:
         setattr(cfg, name, value)
     except AttributeError:  # a property derived from other attributes (no setter): they set it
         pass
 
 
-def _set(cfg, names, value) -> None:
+def set_ints(cfg, names, value) -> None:
     for n in names:
         if isinstance(getattr(cfg, n, None), int) and not isinstance(getattr(cfg, n), bool):
-            _put(cfg, n, value)
+            put_attr(cfg, n, value)
+
+
+def resize(cfg, c: dict) -> None:
+    """Every size attribute of `cfg` this shrinker recognises by name set from the draw `c`, in place (the
+    vision shrinker uses it too: models/any_image_classifier.py)."""
+    old_layers = next((getattr(cfg, n) for n in _LAYERS if isinstance(getattr(cfg, n, None), int)), None)
+    set_ints(cfg, _HIDDEN, c["hidden"])
+    set_ints(cfg, _HEADS, c["heads"])
+    set_ints(cfg, _KV_HEADS, c["kv_heads"])
+    set_ints(cfg, ("head_dim", "kv_channels", "attention_head_dim", "rotary_dim"), c["head_dim"])
+    set_ints(cfg, _LAYERS, c["layers"])
+    set_ints(cfg, _INTER, c["inter"])
+    set_ints(cfg, _EXPERT_INTER, max(16, c["inter"] // 16 * 8))  # rows of 16-byte multiples: grouped_mm needs them
+    set_ints(cfg, _EXPERTS, c["experts"])
+    set_ints(cfg, _TOPK, min(c["top_k"], c["experts"]))
+    set_ints(cfg, ("n_shared_experts", "num_shared_experts"), 1)
+    set_ints(cfg, ("first_k_dense_replace",), 0)
+    set_ints(cfg, ("n_group", "topk_group"), 1)
+    set_ints(cfg, ("kv_lora_rank",), c["hidden"] // 2)
+    set_ints(cfg, ("q_lora_rank",), c["hidden"] // 2)
+    set_ints(cfg, ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), c["head_dim"])
+    set_ints(cfg, _POSITIONS, 128)
+    set_ints(cfg, ("sliding_window",), max(4, c["seq"] // 2))
+    layer_types = getattr(cfg, "layer_types", None)
+    if isinstance(layer_types, (list, tuple)) and old_layers:
+        put_attr(cfg, "layer_types", list(layer_types)[: c["layers"]])
+    if hasattr(cfg, "initializer_range"):
+        cfg.initializer_range = c["init_std"]
+
+
+def zero_dropout(cfg) -> None:
+    """Every dropout and drop-path probability of `cfg` set to 0 (the grid compares deterministic runs)."""
+    for n, v in list(vars(cfg).items()):
+        if isinstance(v, float) and ("dropout" in n or "pdrop" in n or n.endswith("_drop") or "drop_path" in n):
+            put_attr(cfg, n, 0.0)
+
+
+def sized(model_cls, cfg, model_type: str) -> int:
+    """The parameter count of `model_cls` built from `cfg` on the meta device (no memory taken); a config this
+    shrinker cannot reach is refused here, before it is built."""
+    with torch.device("meta"):
+        params = sum(p.numel() for p in model_cls.from_config(cfg).parameters())
+    if params > MAX_PARAMS:
+        raise ValueError(f"{model_type}: {params:,} parameters after shrinking (at most {MAX_PARAMS:,}): its config "
+                         "sizes the model by attributes this shrinker does not know")
+    return params
 
 
 def shrunk_config(model_type: str, c: dict):
@@ -65,36 +111,12 @@ def shrunk_config(model_type: str, c: dict):
     from transformers import AutoConfig
     cfg = AutoConfig.for_model(model_type)
     cfg = getattr(cfg, "text_config", None) or cfg
-    old_layers = next((getattr(cfg, n) for n in _LAYERS if isinstance(getattr(cfg, n, None), int)), None)
-    _set(cfg, _HIDDEN, c["hidden"])
-    _set(cfg, _HEADS, c["heads"])
-    _set(cfg, _KV_HEADS, c["kv_heads"])
-    _set(cfg, ("head_dim", "kv_channels", "attention_head_dim", "rotary_dim"), c["head_dim"])
-    _set(cfg, _LAYERS, c["layers"])
-    _set(cfg, _INTER, c["inter"])
-    _set(cfg, _EXPERT_INTER, max(16, c["inter"] // 16 * 8))  # rows of 16-byte multiples: grouped_mm needs them
-    _set(cfg, _EXPERTS, c["experts"])
-    _set(cfg, _TOPK, min(c["top_k"], c["experts"]))
-    _set(cfg, ("n_shared_experts", "num_shared_experts"), 1)
-    _set(cfg, ("first_k_dense_replace",), 0)
-    _set(cfg, ("n_group", "topk_group"), 1)
-    _set(cfg, ("kv_lora_rank",), c["hidden"] // 2)
-    _set(cfg, ("q_lora_rank",), c["hidden"] // 2)
-    _set(cfg, ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), c["head_dim"])
-    _set(cfg, _POSITIONS, 128)
-    _set(cfg, ("sliding_window",), max(4, c["seq"] // 2))
-    _set(cfg, ("vocab_size",), c["vocab"])
+    resize(cfg, c)
+    set_ints(cfg, ("vocab_size",), c["vocab"])
     for n in _TOKEN_IDS:
         if isinstance(getattr(cfg, n, None), int):
-            _put(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))
-    layer_types = getattr(cfg, "layer_types", None)
-    if isinstance(layer_types, (list, tuple)) and old_layers:
-        _put(cfg, "layer_types", list(layer_types)[: c["layers"]])
-    for n, v in list(vars(cfg).items()):
-        if isinstance(v, float) and ("dropout" in n or "pdrop" in n or n.endswith("_drop")):
-            _put(cfg, n, 0.0)
-    if hasattr(cfg, "initializer_range"):
-        cfg.initializer_range = c["init_std"]
+            put_attr(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))
+    zero_dropout(cfg)
     cfg.tie_word_embeddings = c["tied"]
     cfg.use_cache = False
     return cfg
@@ -104,17 +126,13 @@ def build(model_type: str, c: dict):
     """(model, (input_ids,)) for the draw: weights from torch's global generator, as the families do."""
     from transformers import AutoModelForCausalLM
     cfg = shrunk_config(model_type, c)
-    with torch.device("meta"):  # sized before any memory is taken: a config this shrinker cannot reach is big
-        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
-    if params > MAX_PARAMS:
-        raise ValueError(f"{model_type}: {params:,} parameters after shrinking (at most {MAX_PARAMS:,}): its config "
-                         "sizes the model by attributes this shrinker does not know")
+    sized(AutoModelForCausalLM, cfg, model_type)
     model = AutoModelForCausalLM.from_config(cfg)
     ids = torch.randint(0, c["vocab"], (c["batch"], c["seq"]))
     return model, (ids,)
 
 
-def causal_lm_types() -> list[str]:
+def types() -> list[str]:
     """Every model type transformers maps to a causal LM, in name order."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
@@ -122,4 +140,4 @@ def causal_lm_types() -> list[str]:
 
 def held_out_types() -> list[str]:
     """Causal LM types not among the hand-written families (buildable or not: the sweep reports which)."""
-    return [t for t in causal_lm_types() if t not in SEEN]
+    return [t for t in types() if t not in SEEN]

@@ -8,7 +8,8 @@ nothing downloaded; timm families only where timm imports):
     config = draw_config("llama", 3)         # the config alone, no model built (cheap)
 
 `FAMILIES = {name: Family}`; a Family is callable as `FAMILIES[name](seed) -> (Case, config)`. `family(name)` also
-answers the held-out families `any:<model type>` (models/any_causal_lm.py; `held_out()` lists them), which every
+answers the held-out families `any:<model type>` (models/any_causal_lm.py, models/any_image_classifier.py;
+`held_out()` lists them), which every
 function here takes as a family name. The config is
 a plain JSON-able dict: what was drawn (sizes, heads and KV heads, layers, activation, biases, tied embeddings,
 norm placement, positions, batch and sequence...). It is a pure function of (family, seed): a
@@ -944,38 +945,53 @@ _ALL = [
 FAMILIES: dict[str, Family] = {f.name: f for f in _ALL}
 
 
-HELD_OUT = "any:"  # `any:<model_type>`: a held-out family (models/any_causal_lm.py)
+HELD_OUT = "any:"  # `any:<model_type>`: a held-out family, from the first shrinker below that knows the type
+# the held-out shrinkers (each a sibling module: types(), held_out_types(), sample(rng), build(type, config)),
+# and the `kind` their draws record
+HELD_OUT_KINDS = {"any_causal_lm": "held-out", "any_image_classifier": "held-out-vision"}
 
 
-def _any_causal_lm():
-    """The sibling module, also where this file was loaded by path (a `models/families.py:NAME` target)."""
+def _sibling(name: str):
+    """A sibling module of this folder, also where this file was loaded by path (a `models/families.py:NAME`
+    target); loaded under `models.NAME`, so the siblings import each other as `models.X` either way."""
     import importlib.util
     import sys
     from pathlib import Path
-    if "models.any_causal_lm" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("models.any_causal_lm",
-                                                      Path(__file__).with_name("any_causal_lm.py"))
+    if f"models.{name}" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(f"models.{name}", Path(__file__).with_name(f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-    return sys.modules["models.any_causal_lm"]
+    return sys.modules[f"models.{name}"]
+
+
+def _shrinkers():
+    return [(_sibling(name), kind) for name, kind in HELD_OUT_KINDS.items()]  # in order: any_causal_lm first
 
 
 def family(name: str) -> Family:
-    """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, shrunk)."""
+    """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM or image
+    classifier, shrunk)."""
     if name in FAMILIES:
         return FAMILIES[name]
     model_type = name.removeprefix(HELD_OUT)
-    if name.startswith(HELD_OUT) and model_type in (any_causal_lm := _any_causal_lm()).causal_lm_types():
-        return Family(name, "held-out", any_causal_lm.sample,
-                      lambda c: any_causal_lm.build(model_type, c))
+    for shrinker, kind in _shrinkers() if name.startswith(HELD_OUT) else ():
+        if model_type in shrinker.types():
+            return Family(name, kind, shrinker.sample, lambda c, shrinker=shrinker: shrinker.build(model_type, c))
     raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<model type> for a transformers "
-                   "causal-LM model type (`--families any:all` runs every one the families above do not cover)")
+                   "causal-LM or image-classification model type (`--families any:all` runs every one the "
+                   "families above do not cover)")
 
 
-def held_out() -> list[str]:
-    """`any:<model_type>` for every transformers causal LM type the hand-written families do not cover."""
-    return [HELD_OUT + t for t in _any_causal_lm().held_out_types()]
+def held_out(kind: str | None = None) -> list[str]:
+    """`any:<model_type>` for every transformers causal-LM and image-classifier type the hand-written families
+    do not cover (causal LMs first, each list in name order; a type in both is the causal LM); of one kind of
+    HELD_OUT_KINDS when given."""
+    names = {}
+    for shrinker, k in _shrinkers():
+        for t in shrinker.held_out_types():
+            names.setdefault(HELD_OUT + t, k)
+    return [n for n, k in names.items() if kind in (None, k)]
 
 
 def available(names=None) -> tuple[list[str], dict[str, str]]:

@@ -393,6 +393,26 @@ def test_a_held_out_draw_is_small_deterministic_and_runs_forward_and_backward():
         assert case.name == f"{name.replace(':', '_')}_s0"
 
 
+def test_held_out_vision_families_are_the_image_classifiers_the_drawn_families_do_not_cover():
+    from models import any_image_classifier
+    vision = [n for n in fam.held_out() if fam.family(n).kind == "held-out-vision"]
+    assert len(vision) >= 20 and "any:pvt_v2" in vision
+    assert not {fam.HELD_OUT + t for t in any_image_classifier.SEEN} & set(vision)
+    assert fam.draw_config("any:pvt_v2", 4)["kind"] == "held-out-vision"
+
+
+@pytest.mark.parametrize("name", ["any:pvt_v2", "any:regnet"])  # per-stage lists: heads, widths and depths
+def test_a_held_out_vision_draw_is_small_deterministic_and_runs_forward_and_backward(name):
+    (case, config), (again, _) = fam.draw(name, 1), fam.draw(name, 1)
+    assert sum(p.numel() for p in case.model.parameters()) < 2e6, name  # shrunk, not the default size
+    assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
+    assert case.inputs[0].shape[-1] == config["image"]
+    out = case.model(*case.inputs)
+    assert out.shape == (config["batch"], config["labels"]) and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert all(p.grad is not None for p in case.model.parameters() if p.requires_grad)
+
+
 def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, capsys):
     monkeypatch.setattr(fam, "draw", lambda family, seed: (f"{family}/{seed}", {}))
     assert fam.__getattr__("any_gpt_bigcode_3")() == "any:gpt_bigcode/3"
@@ -402,5 +422,5 @@ def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, 
     assert f"{len(fam.held_out())} runs" in capsys.readouterr().out
     assert vs.main(["--families", "anyx:llama", "--dry-run"]) == 2
     assert vs.main(["--families", "any:no_such_type", "--dry-run"]) == 2  # not a causal-LM type: refused
-    with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM model type"):
+    with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM or image-classification"):
         fam.draw("any:no_such_type", 0)
