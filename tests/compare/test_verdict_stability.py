@@ -420,6 +420,10 @@ def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, 
     assert vs.main(["--families", "any:all", "--seeds", "0", "--dtypes", "bf16", "--modes", "train",
                     "--dry-run"]) == 0
     assert f"{len(fam.held_out())} runs" in capsys.readouterr().out
+    assert vs.main(["--families", "any:vision", "--seeds", "0", "--dtypes", "bf16", "--modes", "train",
+                    "--dry-run"]) == 0
+    vision = fam.held_out("held-out-vision")
+    assert f"{len(vision)} runs" in capsys.readouterr().out and 0 < len(vision) < len(fam.held_out())
     assert vs.main(["--families", "anyx:llama", "--dry-run"]) == 2
     assert vs.main(["--families", "any:no_such_type", "--dry-run"]) == 2  # not a causal-LM type: refused
     with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM or image-classification"):
