@@ -65,7 +65,6 @@ def _one_ulp(out):
 
 
 corrupt_on_rank1 = _on_rank1(_perturb)
-corrupt = _every_rank_on_call(1, _perturb)             # wrong on every call, on every rank: must fail
 ulp_jitter = _every_rank_on_call(2, _one_ulp)          # harmless nondeterminism: must pass as in one process
 second_call_race = _every_rank_on_call(2, _perturb)    # wrong on every second call: must fail
 crash_on_rank1 = _on_rank1(_crash)
