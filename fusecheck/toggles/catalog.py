@@ -281,6 +281,14 @@ _ENTRIES = [
         _split_candidates,
     ),
     Toggle(
+        "layout_optimization",
+        "convolutions keep eager's memory layout (Inductor default converts them and their neighbours to "
+        "channels-last, which changes the convolution algorithm and its summation order)",
+        "layout_optimization=False",
+        _config("layout_optimization", layout_optimization=False),
+        _needs("conv", "not applicable: no convolution in the graph"),
+    ),
+    Toggle(
         "fallback_random",
         "random ops use eager's (aten) RNG instead of Inductor's, so random values match eager",
         "fallback_random=True",

@@ -21,6 +21,10 @@ MATMUL_NAMES = frozenset(
     "mm addmm bmm baddbmm matmul linear conv1d conv2d conv3d convolution einsum addbmm _int_mm "
     "scaled_dot_product_attention".split()
 )
+CONV_NAMES = frozenset(
+    "conv1d conv2d conv3d convolution _convolution conv_transpose1d conv_transpose2d conv_transpose3d "
+    "convolution_backward".split()
+)
 FOREACH_PREFIX = "_foreach_"
 RANDOM_NAMES = frozenset(
     "rand rand_like randn randn_like randint randint_like dropout bernoulli native_dropout "
@@ -66,7 +70,7 @@ def _aten_tags(name: str) -> set[Any]:
 
 
 def node_kinds(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> set[str]:
-    """Kinds of one node: subset of {reduction, pointwise, matmul, foreach, random, cat, view}."""
+    """Kinds of one node: subset of {reduction, pointwise, matmul, conv, foreach, random, cat, view}."""
     kinds: set[str] = set()
     if node.op == "call_module" and gm is not None:
         try:
@@ -75,6 +79,8 @@ def node_kinds(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> s
             return kinds
         kind = MODULE_KINDS.get(type(mod).__name__)
         kinds.add(kind or "pointwise")  # activations and other leaf modules are elementwise
+        if type(mod).__name__.startswith(("Conv", "ConvTranspose")):
+            kinds.add("conv")
         return kinds
     if node.op not in ("call_function", "call_method"):
         return kinds
@@ -94,6 +100,8 @@ def node_kinds(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> s
         kinds.add("reduction")
     if base in MATMUL_NAMES:
         kinds.add("matmul")
+    if base in CONV_NAMES:
+        kinds.add("conv")
     if base in RANDOM_NAMES:
         kinds.add("random")
     if base in CAT_NAMES:

@@ -175,6 +175,31 @@ def test_split_reductions_config_is_scoped():
     assert config.split_reductions == default
 
 
+def test_layout_optimization_config_is_scoped_and_keeps_eager_s_layout():
+    """Off, Inductor allocates no channels-last buffer for a convolution chain; its default converts them (as it did
+    in the MobileViT draws whose gradients this toggle made pass: docs/benchmarks.md)."""
+    import re
+
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3))
+    x = torch.randn(2, 8, 12, 12)
+
+    def channels_last_buffers() -> list[str]:  # 4-d buffers whose channel stride is 1
+        torch._dynamo.reset()
+        _, code = run_and_get_code(torch.compile(conv, backend="inductor"), x)
+        torch._dynamo.reset()
+        return re.findall(r"empty_strided_\w+\(\(\d+, \d+, \d+, \d+\), \(\d+, 1, \d+, \d+\)", "\n".join(code))
+
+    default = config.layout_optimization
+    assert channels_last_buffers()
+    with toggled(["layout_optimization"]):
+        assert config.layout_optimization is False
+        assert channels_last_buffers() == []
+    assert config.layout_optimization == default
+
+
 def test_fusion_template_turns_autotune_on_and_template_fusion_off():
     from torch._inductor import config
 
@@ -287,3 +312,7 @@ def test_applicability_says_why_a_toggle_cannot_change_the_graph(capture):
         "partitioner.no_recompute"].startswith("not applicable")
     assert applicability(["emulate_precision_casts"], [capture(chain, x.bfloat16())]) == {
         "emulate_precision_casts": None}
+    assert r["layout_optimization"] == "not applicable: no convolution in the graph"
+    conv = torch.nn.Conv2d(2, 3, 3)
+    assert applicability(["layout_optimization"], [capture(conv, torch.randn(1, 2, 6, 6))]) == {
+        "layout_optimization": None}

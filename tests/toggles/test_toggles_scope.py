@@ -25,7 +25,7 @@ def _state():
     return {
         "config": {k: getattr(config, k) for k in (
             "post_grad_custom_pre_pass", "custom_partitioner_fn", "pattern_matcher", "emulate_precision_casts",
-            "split_reductions", "fallback_random", "max_autotune", "epilogue_fusion", "unroll_reductions_threshold",
+            "split_reductions", "layout_optimization", "fallback_random", "max_autotune", "epilogue_fusion", "unroll_reductions_threshold",
             "combo_kernels", "max_autotune_gemm", "max_autotune_gemm_backends", "max_autotune_conv_backends",
             "deterministic", "batch_invariant", "emulate_precision_casts_on_saved_tensors")}
         | {"provenance": config.trace.provenance_tracking_level}
