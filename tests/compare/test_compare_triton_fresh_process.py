@@ -21,8 +21,7 @@ def test_the_kernels_agree_with_the_eager_core_in_triton_s_interpreter():
     if torch.cuda.is_available():
         pytest.skip("CUDA: tests/compare/test_compare_triton.py runs the kernels natively")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    # one process (-n 0): the suite's own two workers already hold both cores
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-W", "ignore",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
                            str(ROOT / "tests" / "compare" / "test_compare_triton.py"), "-k", SELECTED],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     tail = done.stdout[-3000:] + done.stderr[-2000:]
