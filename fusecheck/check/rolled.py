@@ -105,18 +105,12 @@ class RolledScreen:
             self.stats.pop(n, None)
 
 
-def rolled_call_verdict(row: Comparison, stats: RolledStats, c1: torch.Tensor, e1: torch.Tensor,
-                        policy: Policy) -> Verdict | None:
-    """A FAIL where the rolled call is worse than eager whatever its golden (module docstring); None: quiet.
-    `c1`, `e1`: the first call's results, counted against the same bound."""
-    doubt = rolled_doubt(row, stats, c1, e1, policy)
-    return judge_rolled(doubt, policy) if doubt is not None else None
-
-
 def rolled_doubt(row: Comparison, stats: RolledStats, c1: torch.Tensor, e1: torch.Tensor,
                  policy: Policy) -> RolledDoubt | None:
     """What the rule decides on, where the rolled call is beyond the unscaled bound (None: quiet without the
-    first call's histogram, or nothing to judge: no golden, a row that fails already, other shapes)."""
+    first call's histogram, or nothing to judge: no golden, a row that fails already, other shapes); `c1`, `e1`:
+    the first call's results, counted against the same bound. `judge_rolled` of it is the FAIL where the rolled
+    call is worse than eager whatever its golden (module docstring), kept to be settled (settle_rolled)."""
     first, eager_err = row.vs_reference, row.reference_vs_golden
     if first is None or eager_err is None or not row.passed or c1.shape != e1.shape:
         return None

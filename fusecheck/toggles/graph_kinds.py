@@ -79,7 +79,7 @@ def node_kinds(node: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> s
             return kinds
         kind = MODULE_KINDS.get(type(mod).__name__)
         kinds.add(kind or "pointwise")  # activations and other leaf modules are elementwise
-        if type(mod).__name__.startswith(("Conv", "ConvTranspose")):
+        if type(mod).__name__.startswith("Conv"):  # ConvNd and ConvTransposeNd
             kinds.add("conv")
         return kinds
     if node.op not in ("call_function", "call_method"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fusecheck.check.rolled import (RolledDoubt, RolledScreen, beyond, distance, eager_noise, judge_rolled,
-                                    rolled_call_verdict, settle_rolled)
+                                    rolled_doubt, settle_rolled)
 from fusecheck.compare import compare
 from fusecheck.policy import Policy
 
@@ -23,6 +23,12 @@ def _first_row(seed: int, n: int, sigma: float, compiled_sigma: float):
     g = torch.randn(n, generator=gen, dtype=torch.float64)
     c1, e1 = _noisy(g, compiled_sigma, gen), _noisy(g, sigma, gen)
     return (compare(c1, e1, g, policy=POLICY, name="output"), c1, e1), gen
+
+
+def rolled_call_verdict(row, stats, c1, e1, policy):
+    """The rule as check/rows.py applies it: the doubt, then its verdict (None: quiet)."""
+    doubt = rolled_doubt(row, stats, c1, e1, policy)
+    return judge_rolled(doubt, policy) if doubt is not None else None
 
 
 def _verdict(first, c3, e3):
