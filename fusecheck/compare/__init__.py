@@ -12,7 +12,7 @@ from fusecheck.compare.cores.torch_core import eager_chunk_elems
 from fusecheck.compare.host import to_host
 from fusecheck.compare.metrics import (METRICS, Metrics, classify_nonfinite, iter_aligned_chunks,
                                        multi_pair_metrics, pair_metrics)
-from fusecheck.compare.scale import Applied, applied_thresholds
+from fusecheck.compare.scale import Applied, metrics_at_scale
 from fusecheck.compare.verdict import DIGITS_LOST_DTYPES, RATIO_CHECKS, Status, Verdict, judge
 from fusecheck.policy import Policy, Tolerance
 
@@ -197,18 +197,16 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
     if bad is not None:
         return bad
     judged = result.dtype if dtype.is_complex else dtype  # complex: judged as its real parts
-    applied = applied_thresholds(policy, judged, reference, golden,
-                                 **({"chunk_elems": chunk_elems} if chunk_elems else {}))
-    tol = applied.tolerance
-    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
-    if chunk_elems:
-        kwargs["chunk_elems"] = chunk_elems
     pairs = {"vs_reference": (result, reference)}
     if golden is not None:
         pairs["vs_golden"] = (result, golden)
         if reference_vs_golden is None:
             pairs["reference_vs_golden"] = (reference, golden)
-    metrics = multi_pair_metrics(pairs, **kwargs)
+    metrics, applied = metrics_at_scale(policy, judged, pairs, reference, golden, chunk_elems)
+    tol = applied.tolerance
+    kwargs = dict(ulp_dtype=judged, rtol=tol.rtol, atol=tol.atol, small_threshold=applied.small_threshold)
+    if chunk_elems:
+        kwargs["chunk_elems"] = chunk_elems
     vs_ref, vs_g = metrics["vs_reference"], metrics.get("vs_golden")
     bad = _finiteness_check(name, result, reference, golden, numel=int(vs_ref.numel), probe=nonfinite_probe,
                             golden_nonfinite=-1 if vs_g is None else int(vs_g.expected_nonfinite),

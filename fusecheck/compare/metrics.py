@@ -168,33 +168,68 @@ def multi_pair_metrics(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], *, u
     is read once and reduced to every accumulator of every pair (by the first core of `cores.CORES` that
     answers)."""
     from fusecheck.compare import cores
-    from fusecheck.compare.cores.torch_core import params
-    from fusecheck.compare.host import to_host
 
-    tensors: list[torch.Tensor] = []
-    index: dict[int, int] = {}
-    for a, b in pairs.values():
-        for t in (a, b):
-            if id(t) not in index:
-                index[id(t)] = len(tensors)
-                tensors.append(t)
-    tensors = list(to_host(*tensors))  # small ones on an accelerator: cheaper on the host than any launch
-    device = tensors[0].device
-    acc = accum_dtype(device)
-    mant, min_eb = ulp_format(ulp_dtype)
-    fparams, iparams = params(acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
-                                    small_threshold=small_threshold,
-                                    small_atol=atol if small_atol is None else small_atol,
-                                    octave_base=octave_base(small_threshold))
-    order = tuple((index[id(a)], index[id(b)]) for a, b in pairs.values())
-    distinct = tuple(dict.fromkeys(order))  # compare(x, x, golden) asks for (x, golden) twice: walk it once
+    w = _Walk(pairs, ulp_dtype, rtol, atol, small_threshold, small_atol)
     with torch.no_grad():
-        reduced = cores.walk(tensors, distinct, device, acc, fparams, iparams, chunk_elems)
-    if reduced is None:  # no elements
-        return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
-                for k in pairs}
-    rows = dict(zip(distinct, reduced.cpu().tolist()))  # the one device->host transfer
-    return {k: finalize(_unpack(rows[o])) for k, o in zip(pairs, order)}
+        reduced = cores.walk(w.tensors, w.distinct, w.device, w.acc, w.fparams, w.iparams, chunk_elems)
+    return w.metrics(reduced)
+
+
+def multi_pair_metrics_at_scale(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], scale_of: list[torch.Tensor],
+                                *, ulp_dtype: torch.dtype, rtol: float, atol: float, small_threshold: float
+                                ) -> tuple[dict[str, Metrics], float, list[float]] | None:
+    """multi_pair_metrics under thresholds scaled by the largest finite |x| of `scale_of` (tensors among the
+    pairs'), where a core derives them on the device in the same launch sequence (cores.walk_at_scale):
+    (metrics, the scale, the derived atol, small threshold, small_atol and octave base), or None."""
+    from fusecheck.compare import cores
+
+    w = _Walk(pairs, ulp_dtype, rtol, atol, small_threshold, None)
+    if any(id(t) not in w.index for t in scale_of):
+        return None
+    scale_idx = tuple(w.index[id(t)] for t in scale_of)
+    if any(w.tensors[i] is not t for i, t in zip(scale_idx, scale_of)):
+        return None  # moved to the host (small): the host path answers without a wait anyway
+    with torch.no_grad():
+        got = cores.walk_at_scale(w.tensors, w.distinct, w.device, w.acc, w.fparams, w.iparams, scale_idx)
+    if got is None:
+        return None
+    reduced, scale, derived = got
+    return w.metrics(reduced), scale, derived
+
+
+class _Walk:
+    """One walk's inputs: the distinct tensors of the pairs (small ones moved to the host), which pairs read
+    which, the accumulation dtype and the thresholds as tensors (one core serves every scale)."""
+
+    def __init__(self, pairs, ulp_dtype, rtol, atol, small_threshold, small_atol):
+        from fusecheck.compare.cores.torch_core import params
+        from fusecheck.compare.host import to_host
+
+        self.pairs = pairs
+        tensors: list[torch.Tensor] = []
+        self.index: dict[int, int] = {}
+        for a, b in pairs.values():
+            for t in (a, b):
+                if id(t) not in self.index:
+                    self.index[id(t)] = len(tensors)
+                    tensors.append(t)
+        self.tensors = list(to_host(*tensors))  # small ones on an accelerator: cheaper on the host than any launch
+        self.device = self.tensors[0].device
+        self.acc = accum_dtype(self.device)
+        mant, min_eb = ulp_format(ulp_dtype)
+        self.fparams, self.iparams = params(self.acc, mant=mant, min_eb=min_eb, rtol=rtol, atol=atol,
+                                            small_threshold=small_threshold,
+                                            small_atol=atol if small_atol is None else small_atol,
+                                            octave_base=octave_base(small_threshold))
+        self.order = tuple((self.index[id(a)], self.index[id(b)]) for a, b in pairs.values())
+        self.distinct = tuple(dict.fromkeys(self.order))  # compare(x, x, golden) asks for (x, golden) twice: walk it once
+
+    def metrics(self, reduced: torch.Tensor | None) -> dict[str, Metrics]:
+        if reduced is None:  # no elements
+            return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
+                    for k in self.pairs}
+        rows = dict(zip(self.distinct, reduced.cpu().tolist()))  # the one device->host transfer
+        return {k: finalize(_unpack(rows[o])) for k, o in zip(self.pairs, self.order)}
 
 
 def _unpack(row: list[float]) -> dict:

@@ -430,3 +430,66 @@ def test_a_kept_workspace_serves_the_next_call_with_that_calls_data(monkeypatch)
     assert len(triton_core._workspaces) == 1  # one pair layout: one workspace, grown once
     (ws,) = triton_core._workspaces.values()
     assert ws.tiles >= -(-large // block) // triton_core._programs(large, DEVICE, block, triton_core.PROGRAMS_PER_SM)
+
+
+def _judged(pairs_of, monkeypatch, at_scale: bool):
+    """compare() of each (result, eager, golden), with the thresholds derived on the device or the scale first."""
+    from fusecheck.compare import compare
+    with monkeypatch.context() as m, warnings.catch_warnings(record=True) as seen:
+        if not at_scale:
+            m.setattr(cores, "walk_at_scale", lambda *a: None)
+        warnings.simplefilter("always")
+        got = [compare(r, e, g).to_dict() for r, e, g in pairs_of]
+    return got, [str(w.message) for w in seen if "fusecheck:" in str(w.message)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_thresholds_derived_on_the_device_are_the_hosts_and_give_the_same_comparison(dtype, monkeypatch):
+    """The scale pass and the walk back to back (no wait between them): at scales below 1 (atol and the
+    small-value threshold shrink), at 1 and above, every metric and verdict equals the scale-first path's,
+    and that path is the one taken (after the first call has checked both kernels)."""
+    gen = torch.Generator().manual_seed(31)
+    n = 5 * triton_core.BLOCK + 7
+    cases = []
+    for s in (3e-4, 0.75, 1.0, 40.0):
+        g = torch.randn(n, dtype=torch.float64, generator=gen) * s
+        e = g.to(dtype)
+        r = (g * (1 + 1e-2 * torch.randn(n, dtype=torch.float64, generator=gen))).to(dtype)
+        r[3] = -r[3]  # one element far off: the max-type checks have something to see
+        cases.append((r.to(DEVICE), e.to(DEVICE), g.to(DEVICE)))
+    taken = []
+    real = triton_core.walk_at_scale
+    monkeypatch.setattr(triton_core, "walk_at_scale", lambda *a: taken.append(real(*a)) or taken[-1])
+    scale_first, quiet = _judged(cases[:1] + cases, monkeypatch, at_scale=False)  # the first call checks kernels
+    monkeypatch.setattr(triton_core, "walk_at_scale", lambda *a: taken.append(real(*a)) or taken[-1])
+    derived, quiet2 = _judged(cases[:1] + cases, monkeypatch, at_scale=True)
+    assert not quiet + quiet2
+    assert taken and all(t is not None for t in taken)  # every call took the device-derived path
+    assert derived == scale_first
+    assert derived[1]["applied"]["atol"] < scale_first[4]["applied"]["atol"]  # the scale did shrink atol
+
+
+def test_a_tensor_of_zeros_and_thresholds_that_disagree_take_the_scale_first(monkeypatch):
+    """Zeros: the octave base needs the exact-log variant, which the device path does not launch. Planted: a
+    device that derives another atol; the host's check refuses it with one warning and the result is the
+    scale-first path's."""
+    gen = torch.Generator().manual_seed(32)
+    n = 4 * triton_core.BLOCK + 1
+    g = torch.randn(n, dtype=torch.float64, generator=gen)
+    warm = [((g * 1.01).bfloat16().to(DEVICE), g.bfloat16().to(DEVICE), g.to(DEVICE))]
+    zeros = torch.zeros(n, dtype=torch.float64)
+    case = [((zeros + 1e-3).bfloat16().to(DEVICE), zeros.bfloat16().to(DEVICE), zeros.to(DEVICE))]
+    want, _ = _judged(warm + case, monkeypatch, at_scale=False)
+    real = triton_core.walk_at_scale
+    seen = []
+    monkeypatch.setattr(triton_core, "walk_at_scale", lambda *a: seen.append(real(*a)) or seen[-1])
+    got, quiet = _judged(warm + case, monkeypatch, at_scale=True)
+    assert got == want and not quiet and seen[-1] is None  # zeros: declined, answered by the scale-first path
+    assert got[1]["verdict"]["status"] == "FAIL"
+
+    def off_by_one_ulp(*a):
+        out = real(*a)
+        return None if out is None else (out[0], out[1], [math.nextafter(out[2][0], 1.0)] + out[2][1:])
+    monkeypatch.setattr(triton_core, "walk_at_scale", off_by_one_ulp)
+    got, warned = _judged(warm, monkeypatch, at_scale=True)
+    assert got == want[:1] and len(warned) == 1 and "differ from the host's" in warned[0]

@@ -6,6 +6,8 @@ read of each chunk — and differs only in how fast, where. Each core module has
     walk(tensors, pairs, device, acc, fparams, iparams) -> Tensor [pairs, entries] | None
     finite_abs_max(tensors) -> float | None
 
+and optionally `walk_at_scale` (the thresholds scaled on the device, see `walk_at_scale` below).
+
 and None means "not here" (wrong device or dtype, below its size, not built, failed its self-check): the
 next core in `CORES` answers. The torch core is last and always answers (None from it: no elements). The
 fast cores check themselves against it on first use, so a miscompiled core can slow a run, never pass one.
@@ -54,6 +56,20 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
             if out is not None or core is TORCH:
                 return out
     raise AssertionError("unreachable: the torch core always answers")
+
+
+def walk_at_scale(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
+                  acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
+                  scale_of: tuple[int, ...]) -> tuple[torch.Tensor, float, list[float]] | None:
+    """The scale pass and the walk in one launch sequence, by the first core for `device` that offers it:
+    ([pairs, entries], the scale, the thresholds it derived from unscaled `fparams`), or None (the caller
+    takes the scale first, then walks). On an accelerator this saves the wait between the two passes."""
+    for core in CORES:
+        if core.applies(device):
+            at_scale = getattr(core.load(), "walk_at_scale", None)
+            if at_scale is not None:
+                return at_scale(tensors, pairs, device, acc, fparams, iparams, scale_of)
+    return None
 
 
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:

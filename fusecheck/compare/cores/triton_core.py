@@ -308,7 +308,23 @@ ENTRIES = {
 
 def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int],
                   stats: dict | None = None) -> torch.Tensor:
-    """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order.
+    """[pairs, entries] (on the CPU) of one flat chunk (all on one device), entries in `ACCUMULATORS` order,
+    under the thresholds as given."""
+    return _partials(raws, pairs, fconsts, ints, ints[2] < EXACT_LOG_BELOW, _unit_scale(raws[0].device), stats)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _unit_scale(device: torch.device) -> tuple[torch.Tensor, int]:
+    """A scale buffer holding 1.0: the kernels then take the thresholds as given (kernels.thresholds)."""
+    return torch.ones(1, dtype=torch.float64, device=device), 1
+
+
+DERIVED = 5  # what the exact kernel writes after the reduced vector: scale, atol, threshold, small_atol, base
+
+
+def _partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: tuple[int, int, int], exact_log: bool,
+              scale: tuple[torch.Tensor, int], stats: dict | None = None) -> tuple[torch.Tensor, list[float]]:
+    """([pairs, entries] on the CPU, the thresholds the kernels derived from `scale`) of one flat chunk.
     With the fast pass on: the fast kernel over every tile, then the exact kernel over the tiles it listed;
     their per-program rows are reduced together (each tile counted once). `stats` (tests, benchmarks)
     receives the number of tiles and of listed tiles."""
@@ -322,23 +338,24 @@ def _raw_partials(raws: list[torch.Tensor], pairs, fconsts: torch.Tensor, ints: 
     spec = []
     for (ia, ib), same in zip(list(pairs) + [pairs[0]] * (3 - npairs), lay.same + lay.same[:1] * (3 - npairs)):
         spec += [ia, ib, same]
-    shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), lay.wi, lay.wf,
-             ints[2] < EXACT_LOG_BELOW)
+    shape = (len(raws), npairs, *spec, BLOCK, OCTAVES, OCT_BINS, len(COUNTS), lay.wi, lay.wf, exact_log)
     options = dict(num_warps=NUM_WARPS, **_launch_options(device))
     fast = fast_pass()
     ws = _workspace(lay, progs, tiles_per_prog, fast, device)
+    at = (*ints[:2], *scale, ws.derived)  # mant, min_eb, the scale buffer and its length, where derived go
     with _on(device):
         if fast:
-            launch(_fast_kernel(), progs, (*xs, n, fconsts, *ints, tiles_per_prog, *ws.first, ws.listed, ws.count,
+            launch(_fast_kernel(), progs, (*xs, n, fconsts, *at, tiles_per_prog, *ws.first, ws.listed, ws.count,
                                            *shape, _ulp_safe(ints)), options)
-        launch(exact, progs, (*xs, n, fconsts, *ints, tiles_per_prog, *ws.last, ws.listed, ws.count,
+        launch(exact, progs, (*xs, n, fconsts, *at, tiles_per_prog, *ws.last, ws.listed, ws.count,
                               *shape, fast), options)
         if stats is not None:
             stats.update(tiles=_cdiv(n, BLOCK), listed=int(ws.count.sum()) if fast else None)
         # reduced over programs on the device in one launch (finish_kernel), one transfer
         launch(_finish_kernel(), ws.grid, (ws.ints, ws.floats, ws.vec, ws.rows, lay.wi, lay.wf, lay.maxes,
                                            FINISH_ROWS, FINISH_COLS), {"num_warps": FINISH_WARPS})
-    return lay.entries(ws.vec.cpu(), n)
+    vec = ws.vec.cpu()  # the one transfer: the reduced partials, then the derived thresholds
+    return lay.entries(vec[:lay.numel], n), vec[lay.numel:].tolist()
 
 
 class _Workspace:
@@ -358,7 +375,8 @@ class _Workspace:
         self.listed = self.ints[listed_at:listed_at + progs * tiles]
         self.count = self.ints[listed_at + progs * tiles:][:max(progs * fast, 1)]
         self.first, self.last = self._sections(lay, 0), self._sections(lay, rows - progs)
-        self.vec = torch.empty(lay.wi + lay.wf, dtype=torch.float64, device=device)
+        self.vec = torch.empty(lay.wi + lay.wf + DERIVED, dtype=torch.float64, device=device)
+        self.derived = self.vec[lay.wi + lay.wf:]
         self.grid = _cdiv(lay.wi, FINISH_COLS) + _cdiv(lay.wf, FINISH_COLS)
 
     def _sections(self, lay: _Layout, row0: int) -> tuple[torch.Tensor, ...]:
@@ -507,15 +525,60 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
 
 
 def _abs_max(xs: list[torch.Tensor]) -> float:
+    out, progs = _abs_max_partials(xs)
+    return max(out[:progs].tolist())  # one transfer of the per-program maxima, no reduction launch
+
+
+_scale_buffers: dict = {}  # the abs-max pass's per-program maxima, per device and thread
+
+
+def _abs_max_partials(xs: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """The per-program maxima of |x| (finite x) on the device, and how many: launched, not waited for. The
+    buffer is kept per device and thread (each call ends in a blocking transfer, so the next may reuse it)."""
     _, kernel = _kernels()
     n, device = xs[0].numel(), xs[0].device
     block = ABS_MAX_BLOCK if device.type == "cuda" else BLOCK
     progs = _programs(n, device, block, ABS_MAX_PROGRAMS_PER_SM)
-    out = torch.empty(progs, dtype=torch.float64, device=device)
+    key = (device, threading.get_ident())
+    out = _scale_buffers.get(key)
+    if out is None or out.numel() < progs:
+        out = _scale_buffers[key] = torch.empty(progs, dtype=torch.float64, device=device)
     with _on(device):
         launch(kernel, progs, (xs[0], xs[-1], n, _cdiv(_cdiv(n, block), progs), out, len(xs), block),
                {"num_warps": ABS_MAX_WARPS})
-    return max(out.tolist())  # one transfer of the per-program maxima, no reduction launch
+    return out, progs
+
+
+def walk_at_scale(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
+                  acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
+                  scale_of: tuple[int, ...]) -> tuple[torch.Tensor, float, list[float]] | None:
+    """walk() under thresholds not yet scaled: the abs-max pass over tensors[scale_of] and the walk are
+    launched back to back, and the kernels derive the thresholds from the pass's partials on the device
+    (kernels.thresholds), so no transfer waits between them. Returns ([pairs, entries], the scale, the
+    derived (atol, small threshold, small_atol, octave base)) for the caller to check against its own
+    derivation; None where this path does not apply (then the caller takes the scale first): not whole on
+    this device, below MIN_ELEMS, a variant not yet self-checked or failed, or a scale whose octave base
+    needs the exact-log variant (a tensor of zeros: one pass wasted, rare)."""
+    if (not 1 <= len(scale_of) <= 2 or tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3
+            or len(pairs) > 3 or not supports(tensors, acc) or min(fparams.tolist()) < 0
+            or not all(t.device == device and t.is_contiguous() for t in tensors)):
+        return None
+    ints = tuple(int(v) for v in iparams.tolist())
+    variant = (device.type, tuple(t.dtype for t in tensors), pairs, False, fast_pass(), _ulp_safe(ints))
+    scales = [tensors[i].reshape(-1) for i in scale_of]
+    abs_variant = ("abs_max", device.type, tuple(t.dtype for t in scales))
+    if not {variant, abs_variant} <= _checked or {variant, abs_variant} & _failed:
+        return None  # walk() and finite_abs_max() check them on their first call
+    try:
+        entries, derived = _partials([t.reshape(-1) for t in tensors], pairs, _fconsts(fparams, device), ints, False,
+                                     _abs_max_partials(scales))
+    except Exception as e:  # noqa: BLE001 - as in walk(): the caller's path answers
+        warnings.warn(f"fusecheck: Triton comparison kernel unavailable ({type(e).__name__}: {e}); using eager")
+        _failed.add(variant)
+        return None
+    if derived[4] < EXACT_LOG_BELOW:
+        return None
+    return entries, derived[0], derived[1:]
 
 
 def finite_abs_max(tensors: list[torch.Tensor]) -> float | None:

@@ -23,7 +23,8 @@ launches cover each tile once, and their per-program partials are reduced togeth
 import triton
 import triton.language as tl
 
-from fusecheck.compare.cores.triton_kernels import _b_side, _bits, _load, _octave_records, _pick, _store_pair, _two
+from fusecheck.compare.cores.triton_kernels import (_b_side, _bits, _load, _octave_records, _pick, _store_pair, _two,
+                                                    thresholds)
 
 INF = tl.constexpr(float("inf"))
 
@@ -122,8 +123,8 @@ def _fresh(BLOCK: tl.constexpr, OB: tl.constexpr):
 
 
 # sizes and dtype constants not specialised: one compile per dtype/pair variant, not one per size class
-@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))
-def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
+@triton.jit(do_not_specialize=("n", "mant", "min_eb", "nscale", "tiles_per_prog"))
+def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, scale_ptr, nscale, derived_ptr, tiles_per_prog,
                 cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, list_ptr, count_ptr,
                 NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                 S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
@@ -134,12 +135,10 @@ def fast_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     list_ptr[pid * tiles_per_prog:] and their number to count_ptr[pid]."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    rtol = tl.load(fp + 0)
-    atol = tl.load(fp + 1)
-    thr = tl.load(fp + 2)
+    _, rtol, atol, thr, small_atol, obase = thresholds(fp, scale_ptr, nscale)  # the exact kernel stores them
     eps = tl.load(fp + 6)
     # small_atol, c3, c5, the bands around c3 and c5, the overflow bound of d * r, the record bound's floor, slack
-    consts = (tl.load(fp + 3), tl.load(fp + 4), tl.load(fp + 5), tl.load(fp + 7), tl.load(fp + 8), tl.load(fp + 9),
+    consts = (small_atol, tl.load(fp + 4), tl.load(fp + 5), tl.load(fp + 7), tl.load(fp + 8), tl.load(fp + 9),
               tl.load(fp + 10), tl.load(fp + 11), tl.load(fp + 12), tl.load(fp + 13))
     SHARE: tl.constexpr = NPAIRS == 3 and B1 == B2  # the golden pairs count the same elements per octave
     lanes = tl.arange(0, BLOCK)

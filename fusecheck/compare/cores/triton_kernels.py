@@ -47,6 +47,33 @@ def _pow2(n):
     return tl.where(n > 1023, INF, field.to(tl.float64, bitcast=True))
 
 
+SCALE_LANES = tl.constexpr(256)  # abs-max partials read per step
+
+
+@triton.jit
+def thresholds(fp, scale_ptr, nscale):
+    """The thresholds at the tensor's scale, on the device (scale.applied_thresholds, op for op): the largest
+    of the `nscale` abs-max partials at scale_ptr; below 1, atol, small_atol and the small-value threshold
+    shrink with it; the octave base is floor(log2) of that threshold (-1074 for 0). A scale buffer holding
+    1.0 leaves the parameters as given (thresholds the host already scaled). Returns (scale, rtol, atol,
+    small threshold, small_atol, octave base)."""
+    lanes = tl.arange(0, SCALE_LANES)
+    top = tl.zeros([SCALE_LANES], tl.float64)
+    for i in range(0, nscale, SCALE_LANES):
+        top = _max(top, tl.load(scale_ptr + i + lanes, mask=i + lanes < nscale, other=0.0))
+    am = tl.max(top, axis=0)
+    rtol = tl.load(fp + 0)
+    atol0 = tl.load(fp + 1)
+    thr0 = tl.load(fp + 2)
+    satol0 = tl.load(fp + 3)
+    below = am < 1.0
+    atol = tl.where(below, atol0 * am, atol0)
+    shrink = tl.where(below & (atol0 != 0.0), atol / atol0, 1.0)  # div.rn.f64, as the host divides
+    thr = thr0 * shrink
+    obase = tl.where(thr > 0.0, _floor_log2(thr), -1074)
+    return am, rtol, atol, thr, tl.where(below, satol0 * am, satol0), obase
+
+
 @triton.jit
 def _two(low, high):
     """Two masks as one int32 increment: low in bits 0-15, high in bits 16-31."""
@@ -190,8 +217,8 @@ def _tile(pid, t, nprog, tiles_per_prog, ntiles, list_ptr, end, LISTED: tl.const
 
 
 # sizes and dtype constants not specialised: one compile per dtype/pair variant, not one per size class
-@triton.jit(do_not_specialize=("n", "mant", "min_eb", "obase", "tiles_per_prog"))
-def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
+@triton.jit(do_not_specialize=("n", "mant", "min_eb", "nscale", "tiles_per_prog"))
+def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, scale_ptr, nscale, derived_ptr, tiles_per_prog,
                     cnt_ptr, tcnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, list_ptr, count_ptr,
                     NT: tl.constexpr, NPAIRS: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                     S0: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr, S1: tl.constexpr,
@@ -204,10 +231,13 @@ def partials_kernel(x0, x1, x2, n, fp, mant, min_eb, obase, tiles_per_prog,
     octave histogram."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    rtol = tl.load(fp + 0)
-    atol = tl.load(fp + 1)
-    thr = tl.load(fp + 2)
-    small_atol = tl.load(fp + 3)
+    am, rtol, atol, thr, small_atol, obase = thresholds(fp, scale_ptr, nscale)
+    if pid == 0:  # what the host reads back and checks against its own derivation
+        tl.store(derived_ptr + 0, am)
+        tl.store(derived_ptr + 1, atol)
+        tl.store(derived_ptr + 2, thr)
+        tl.store(derived_ptr + 3, small_atol)
+        tl.store(derived_ptr + 4, obase.to(tl.float64))
     c3 = tl.load(fp + 4)
     c5 = tl.load(fp + 5)
     eps = tl.load(fp + 6)
