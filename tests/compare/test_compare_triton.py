@@ -443,15 +443,14 @@ def _judged(pairs_of, monkeypatch, at_scale: bool):
     return got, [str(w.message) for w in seen if "fusecheck:" in str(w.message)]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_thresholds_derived_on_the_device_are_the_hosts_and_give_the_same_comparison(dtype, monkeypatch):
+def test_thresholds_derived_on_the_device_are_the_hosts_and_give_the_same_comparison(monkeypatch):
     """The scale pass and the walk back to back (no wait between them): at scales below 1 (atol and the
     small-value threshold shrink), at 1 and above, every metric and verdict equals the scale-first path's,
     and that path is the one taken (after the first call has checked both kernels)."""
     gen = torch.Generator().manual_seed(31)
-    n = 5 * triton_core.BLOCK + 7
+    n, dtype = 3 * triton_core.BLOCK + 7, torch.bfloat16
     cases = []
-    for s in (3e-4, 0.75, 1.0, 40.0):
+    for s in (3e-4, 1.0, 40.0):
         g = torch.randn(n, dtype=torch.float64, generator=gen) * s
         e = g.to(dtype)
         r = (g * (1 + 1e-2 * torch.randn(n, dtype=torch.float64, generator=gen))).to(dtype)
@@ -466,7 +465,7 @@ def test_thresholds_derived_on_the_device_are_the_hosts_and_give_the_same_compar
     assert not quiet + quiet2
     assert taken and all(t is not None for t in taken)  # every call took the device-derived path
     assert derived == scale_first
-    assert derived[1]["applied"]["atol"] < scale_first[4]["applied"]["atol"]  # the scale did shrink atol
+    assert derived[1]["applied"]["atol"] < scale_first[3]["applied"]["atol"]  # the scale did shrink atol
 
 
 def test_a_tensor_of_zeros_and_thresholds_that_disagree_take_the_scale_first(monkeypatch):
