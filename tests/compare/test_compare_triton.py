@@ -355,6 +355,7 @@ def test_unsupported_inputs_small_tensors_and_explicit_chunks_stay_on_the_eager_
     four = ([x, x + 1, x + 2, x + 3], ((0, 1), (2, 3)))  # the kernel reads at most three tensors
     assert triton_core.walk(*four, DEVICE, torch.float64, *_params(torch.float32, 0.0, 0.0)) is None
     fp, ip = _params(torch.float32, 0.0, 0.0)
+    fp = fp.clone()  # params() are kept per value: never written
     fp[1] = -1.0  # a negative atol
     assert triton_core.walk([x, x], ((0, 1),), DEVICE, torch.float64, fp, ip) is None
     pairs = _three_pairs(20)
