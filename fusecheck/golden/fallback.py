@@ -115,6 +115,8 @@ class GoldenFallback(TorchDispatchMode):
             kept_as = self.values.eager_dtype(func, args, kwargs)
             if kept_as is not None:
                 args, kwargs = self.values.as_eager(func, args, kwargs, kept_as)
+        if kept_as is None and self.run is not None and not _uses((args, kwargs), self.golden):
+            args, kwargs = self.values.constants_of(args, kwargs, self.run)
         out = self._run(func, args, kwargs)
         if kept_as is not None:
             self.values.mark(out, kept_as, clip=not func.is_view)  # a view of a kept value is in range already
@@ -154,7 +156,7 @@ class GoldenFallback(TorchDispatchMode):
                  "share eager's rounding): " + ", ".join(f"{what} x{n}" for what, n in sorted(self.kept.items()))]
                 if self.kept else [])
         if self.values.applied:
-            kept.append("golden: the kept values keep eager's dtype's meaning where the model reads it: "
+            kept.append("golden: where the model reads its dtype, the golden takes eager's dtype's meaning: "
                         + ", ".join(f"{what} x{n}" for what, n in sorted(self.values.applied.items())))
         if self.upcast:
             kept.append(f"golden: {', '.join(sorted(self.upcast))} received operands the model cast below {gd} "

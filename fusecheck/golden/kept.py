@@ -70,8 +70,7 @@ class KeptValues:
         if func is torch.ops.aten.view.dtype:
             self._count("bits read at eager's dtype (view as another dtype)")
             return (args[0].to(eager_dtype),) + tuple(args[1:]), kwargs
-        theirs, ours = torch.finfo(self.golden), torch.finfo(eager_dtype)
-        swap = {float(getattr(theirs, k)): float(getattr(ours, k)) for k in _FINFO}
+        ours = torch.finfo(eager_dtype)
         if func in (torch.ops.aten.nan_to_num.default, torch.ops.aten.nan_to_num_.default):
             args, kwargs = list(args), {**kwargs}  # its defaults are the dtype's largest values
             for i, (name, value) in enumerate((("posinf", ours.max), ("neginf", ours.min)), start=2):
@@ -80,6 +79,16 @@ class KeptValues:
                 elif i >= len(args) and kwargs.get(name) is None:
                     kwargs[name] = value
             args = tuple(args)
+        return self.constants_of(args, kwargs, eager_dtype)
+
+    def constants_of(self, args, kwargs, eager_dtype: torch.dtype):
+        """finfo constants of the golden's dtype among the op's scalars become eager_dtype's. Also applied
+        (fallback.py) to an op with no golden-dtype operand at all: `(1.0 - mask.float()) *
+        torch.finfo(scores.dtype).min` reads the golden's fp64 `scores`, and fp64's min meets an fp32 mask,
+        overflows to -inf and makes 0 * -inf = NaN where eager's own dtype's min is finite (transformers'
+        CANINE: an all-NaN golden under a finite eager)."""
+        theirs, ours = torch.finfo(self.golden), torch.finfo(eager_dtype)
+        swap = {float(getattr(theirs, k)): float(getattr(ours, k)) for k in _FINFO}
         swapped = [0]
 
         def one(x):

@@ -72,6 +72,23 @@ class AssertsItsDtype(nn.Module):
         return h * 2
 
 
+class MaskFromTheScoresDtype(nn.Module):
+    """transformers' CANINE attention: a mask made by the model in fp32 (a factory), scaled by the finfo minimum
+    of the *scores'* dtype. In the golden the scores are fp64, and fp64's minimum times the fp32 mask is -inf
+    where masked and 0 * -inf = NaN where not: no cast is kept here, the constant alone changes meaning."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = nn.Linear(16, 16), nn.Linear(16, 16, bias=False)  # a key bias has a zero gradient
+
+    def forward(self, x):
+        keep = torch.ones(x.shape[0], x.shape[1], device=x.device)
+        keep[:, -2:] = 0  # the last two positions are padding
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / 4
+        mask = (1.0 - keep[:, None, :].float()) * torch.finfo(scores.dtype).min
+        return (scores + mask.to(scores.dtype)).softmax(-1) @ x
+
+
 def _case(model: nn.Module, *inputs) -> Case:
     return Case(model, inputs, type(model).__name__)
 
@@ -83,11 +100,12 @@ def _cases():
         _case(MantissaTruncation(), torch.randn(8, 16)),
         _case(FinfoGuards(), torch.randn(8, 16)),
         _case(AssertsItsDtype(), torch.randn(8, 16)),
+        _case(MaskFromTheScoresDtype(), torch.randn(2, 6, 16)),
     ]
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
-@pytest.mark.parametrize("index", range(4), ids=["segment_sum", "mantissa", "finfo", "asserts_dtype"])
+@pytest.mark.parametrize("index", range(5), ids=["segment_sum", "mantissa", "finfo", "asserts_dtype", "mask_finfo"])
 def test_a_correct_compile_passes_and_a_one_percent_error_fails(index, train):
     ok = run_check(_cases()[index], backend="aot_eager", train=train)
     bad = run_check(_cases()[index], backend=BAD, train=train)
@@ -204,3 +222,18 @@ def test_casts_in_a_checkpoints_recompute_stay_kept(reentrant, golden):
     assert not any("round as written" in n for n in ok.notes), ok.notes
     assert any("stay float64 in the golden" in n for n in ok.notes), ok.notes
     assert bad.status == "FAIL"
+
+
+def test_a_finfo_constant_of_the_goldens_dtype_meeting_a_lower_dtype_tensor_is_eagers():
+    """No kept cast is involved: fp64's minimum meets the model's fp32 mask (CANINE). The golden is finite and
+    is the model computed in fp64 with eager's (fp32) minimum as the mask value."""
+    torch.manual_seed(0)
+    m, x = MaskFromTheScoresDtype(), torch.randn(2, 6, 16)
+    out, mode = _golden(m, x)
+    xd = x.double()
+    scores = m.q(xd) @ m.k(xd).transpose(-1, -2) / 4
+    mask = torch.zeros(2, 1, 6, dtype=torch.float64)
+    mask[..., -2:] = torch.finfo(torch.float32).min
+    want = (scores + mask).softmax(-1) @ xd
+    assert torch.isfinite(out).all() and torch.allclose(out, want, rtol=1e-12, atol=0)
+    assert any("finfo constants" in n for n in mode.notes())
