@@ -417,9 +417,10 @@ def _line(r: dict) -> str:
 
 
 def _held_out_group(name: str) -> list[str]:
-    """`any:all` (every held-out family), `any:vision` (the image classifiers alone); [] for any other name."""
+    """`any:all` (every held-out family), `any:vision` (the image classifiers alone), `any:encoder` (the text
+    encoders alone); [] for any other name."""
     from models.families import held_out
-    kinds = {"any:all": None, "any:vision": "held-out-vision"}
+    kinds = {"any:all": None, "any:vision": "held-out-vision", "any:encoder": "held-out-encoder"}
     return held_out(kinds[name]) if name in kinds else []
 
 
@@ -434,8 +435,10 @@ def main(argv=None) -> int:
     p.add_argument("--families", default="all",
                    help=f"comma-separated, or 'all' (every family that builds here); known: {','.join(FAMILIES)}; "
                         f"issue 14's fixed models as {','.join(FIXED)}; held-out families as any:<model type> "
-                        f"(any transformers causal LM or image classifier, shrunk: models/any_causal_lm.py, "
-                        f"models/any_image_classifier.py), any:all for all of them, any:vision for the image classifiers")
+                        f"(any transformers causal LM, image classifier or text encoder, shrunk: "
+                        f"models/any_causal_lm.py, models/any_image_classifier.py, models/any_text_encoder.py), "
+                        f"any:all for all of them, any:vision for the image classifiers, any:encoder for the text "
+                        f"encoders (masked LMs, else sequence classifiers)")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--modes", default="fwd,train")
     p.add_argument("--part", default="stability", choices=["stability", "power", "both"])

@@ -8,8 +8,8 @@ nothing downloaded; timm families only where timm imports):
     config = draw_config("llama", 3)         # the config alone, no model built (cheap)
 
 `FAMILIES = {name: Family}`; a Family is callable as `FAMILIES[name](seed) -> (Case, config)`. `family(name)` also
-answers the held-out families `any:<model type>` (models/any_causal_lm.py, models/any_image_classifier.py;
-`held_out()` lists them), which every
+answers the held-out families `any:<model type>` (models/any_causal_lm.py, models/any_image_classifier.py,
+models/any_text_encoder.py; `held_out()` lists them), which every
 function here takes as a family name. The config is
 a plain JSON-able dict: what was drawn (sizes, heads and KV heads, layers, activation, biases, tied embeddings,
 norm placement, positions, batch and sequence...). It is a pure function of (family, seed): a
@@ -948,7 +948,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in _ALL}
 HELD_OUT = "any:"  # `any:<model_type>`: a held-out family, from the first shrinker below that knows the type
 # the held-out shrinkers (each a sibling module: types(), held_out_types(), sample(rng), build(type, config)),
 # and the `kind` their draws record
-HELD_OUT_KINDS = {"any_causal_lm": "held-out", "any_image_classifier": "held-out-vision"}
+HELD_OUT_KINDS = {"any_causal_lm": "held-out", "any_image_classifier": "held-out-vision",
+                  "any_text_encoder": "held-out-encoder"}
 
 
 def _sibling(name: str):
@@ -970,8 +971,9 @@ def _shrinkers():
 
 
 def family(name: str) -> Family:
-    """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM or image
-    classifier, shrunk)."""
+    """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, image
+    classifier or text encoder (masked LM, else sequence classifier), shrunk; a type of two kinds is the first
+    shrinker's in HELD_OUT_KINDS)."""
     if name in FAMILIES:
         return FAMILIES[name]
     model_type = name.removeprefix(HELD_OUT)
@@ -979,14 +981,15 @@ def family(name: str) -> Family:
         if model_type in shrinker.types():
             return Family(name, kind, shrinker.sample, lambda c, shrinker=shrinker: shrinker.build(model_type, c))
     raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<model type> for a transformers "
-                   "causal-LM or image-classification model type (`--families any:all` runs every one the "
-                   "families above do not cover)")
+                   "causal-LM, image-classification or text-encoder (masked-LM or sequence-classification) model "
+                   "type (`--families any:all` runs every one the families above do not cover)")
 
 
 def held_out(kind: str | None = None) -> list[str]:
-    """`any:<model_type>` for every transformers causal-LM and image-classifier type the hand-written families
-    do not cover (causal LMs first, each list in name order; a type in both is the causal LM); of one kind of
-    HELD_OUT_KINDS when given."""
+    """`any:<model_type>` for every transformers causal-LM, image-classifier and text-encoder (masked-LM, else
+    sequence-classifier) type the hand-written families do not cover (causal LMs first, then image classifiers,
+    then text encoders, each list in name order; a type of two kinds is the first one's); of one kind of
+    HELD_OUT_KINDS ("held-out", "held-out-vision", "held-out-encoder") when given."""
     names = {}
     for shrinker, k in _shrinkers():
         for t in shrinker.held_out_types():

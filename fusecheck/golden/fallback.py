@@ -44,6 +44,9 @@ def _autograd_own_op() -> bool:
             and not torch.is_grad_enabled())
 
 
+RANGE = ("max", "min")  # finfo constants that mask values are made of
+
+
 def _uses(tree: Any, dtype: torch.dtype) -> bool:
     wanted = {dtype, COMPLEX_OF.get(dtype)}
     return any(isinstance(x, torch.Tensor) and x.dtype in wanted for x in pytree.tree_leaves(tree))
@@ -115,8 +118,8 @@ class GoldenFallback(TorchDispatchMode):
             kept_as = self.values.eager_dtype(func, args, kwargs)
             if kept_as is not None:
                 args, kwargs = self.values.as_eager(func, args, kwargs, kept_as)
-        if kept_as is None and self.run is not None and not _uses((args, kwargs), self.golden):
-            args, kwargs = self.values.constants_of(args, kwargs, self.run)
+        if kept_as is None and self.run is not None:  # the model read its dtype's range: eager's reads eager's
+            args, kwargs = self.values.constants_of(args, kwargs, self.run, RANGE)
         out = self._run(func, args, kwargs)
         if kept_as is not None:
             self.values.mark(out, kept_as, clip=not func.is_view)  # a view of a kept value is in range already

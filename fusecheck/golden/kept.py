@@ -81,14 +81,16 @@ class KeptValues:
             args = tuple(args)
         return self.constants_of(args, kwargs, eager_dtype)
 
-    def constants_of(self, args, kwargs, eager_dtype: torch.dtype):
-        """finfo constants of the golden's dtype among the op's scalars become eager_dtype's. Also applied
-        (fallback.py) to an op with no golden-dtype operand at all: `(1.0 - mask.float()) *
+    def constants_of(self, args, kwargs, eager_dtype: torch.dtype, which: tuple[str, ...] = _FINFO):
+        """finfo constants of the golden's dtype (`which` of them) among the op's scalars become eager_dtype's.
+        fallback.py applies the range ones to every op of the model: `(1.0 - mask.float()) *
         torch.finfo(scores.dtype).min` reads the golden's fp64 `scores`, and fp64's min meets an fp32 mask,
         overflows to -inf and makes 0 * -inf = NaN where eager's own dtype's min is finite (transformers'
-        CANINE: an all-NaN golden under a finite eager)."""
+        CANINE: an all-NaN golden under a finite eager); Longformer's masks sum such minima to -inf in fp64
+        too and its softmax backward turned every gradient NaN. (eps and tiny stay fp64's there: the
+        golden's own helpers, running inside its mode, read them.)"""
         theirs, ours = torch.finfo(self.golden), torch.finfo(eager_dtype)
-        swap = {float(getattr(theirs, k)): float(getattr(ours, k)) for k in _FINFO}
+        swap = {float(getattr(theirs, k)): float(getattr(ours, k)) for k in which}
         swapped = [0]
 
         def one(x):

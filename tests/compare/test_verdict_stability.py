@@ -413,6 +413,37 @@ def test_a_held_out_vision_draw_is_small_deterministic_and_runs_forward_and_back
     assert all(p.grad is not None for p in case.model.parameters() if p.requires_grad)
 
 
+def test_held_out_encoder_families_are_the_text_encoders_no_other_family_covers():
+    from models import any_causal_lm, any_image_classifier, any_text_encoder
+    encoders = fam.held_out("held-out-encoder")
+    assert len(encoders) >= 10 and "any:distilbert" in encoders and "any:canine" in encoders  # canine: no MLM
+    types = {n.removeprefix(fam.HELD_OUT) for n in encoders}
+    assert not types & (any_text_encoder.SEEN | {"bert", "roberta", "albert", "deberta-v2", "fnet"})
+    assert not types & (set(any_causal_lm.types()) | set(any_image_classifier.types()))  # theirs, not ours
+    assert all(fam.family(n).kind == "held-out-encoder" for n in encoders)
+    assert fam.family("any:electra").kind == "held-out"  # a masked LM with a causal-LM head: the causal LM's
+    assert not set(encoders) & set(fam.held_out("held-out")) and set(encoders) <= set(fam.held_out())
+
+
+@pytest.mark.parametrize("name", ["any:distilbert", "any:mpnet", "any:canine"])  # masked LMs; a classifier
+def test_a_held_out_encoder_draw_is_small_deterministic_and_runs_forward_and_backward(name):
+    (case, config), (again, _) = fam.draw(name, 1), fam.draw(name, 1)
+    assert config["kind"] == "held-out-encoder"
+    sa, sb = case.model.state_dict(), again.model.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
+    assert sum(p.numel() for p in case.model.parameters()) < 2e6, name  # shrunk, not the default size
+    ids, mask = case.inputs
+    assert ids.shape == mask.shape == (config["batch"], config["seq"]) and case.model.names[1] == "attention_mask"
+    assert int(mask.sum()) == ids.numel() - min(config["pad"], config["seq"] - 1)
+    out = case.model(*case.inputs)
+    assert out.shape[0] == config["batch"] and torch.isfinite(out).all()
+    assert out.shape[1:] == ((config["seq"], config["vocab"]) if name != "any:canine" else (config["labels"],))
+    out.float().square().mean().backward()
+    assert any(p.grad is not None for p in case.model.parameters())
+    torch.testing.assert_close(again.model(*again.inputs), out.detach())
+
+
 def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, capsys):
     monkeypatch.setattr(fam, "draw", lambda family, seed: (f"{family}/{seed}", {}))
     assert fam.__getattr__("any_gpt_bigcode_3")() == "any:gpt_bigcode/3"
@@ -424,7 +455,13 @@ def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, 
                     "--dry-run"]) == 0
     vision = fam.held_out("held-out-vision")
     assert f"{len(vision)} runs" in capsys.readouterr().out and 0 < len(vision) < len(fam.held_out())
+    assert vs.main(["--families", "any:encoder", "--seeds", "0", "--dtypes", "bf16", "--modes", "train",
+                    "--dry-run"]) == 0
+    encoders = fam.held_out("held-out-encoder")
+    assert f"{len(encoders)} runs" in capsys.readouterr().out and 0 < len(encoders) < len(fam.held_out())
+    assert vs._held_out_group("any:encoder") == encoders
     assert vs.main(["--families", "anyx:llama", "--dry-run"]) == 2
     assert vs.main(["--families", "any:no_such_type", "--dry-run"]) == 2  # not a causal-LM type: refused
-    with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM or image-classification"):
+    with pytest.raises(KeyError, match="any:<model type> for a transformers causal-LM, image-classification or "
+                                       "text-encoder"):
         fam.draw("any:no_such_type", 0)

@@ -117,22 +117,25 @@ def test_a_fallback_caused_by_the_models_own_cast_is_named_as_such():
 
 class MasksWithDefaultDtype(torch.nn.Module):
     """transformers' XGLM attention: the mask value made without a dtype, `torch.full((), finfo(x.dtype).min)`,
-    which in fp64 does not fit torch's fp32 default."""
+    which in fp64 does not fit torch's fp32 default. `divisor` 2: a value derived from it (finfo.min / 2),
+    which the golden's finfo-constant rule does not reach."""
 
-    def __init__(self):
+    def __init__(self, divisor: int = 1):
         super().__init__()
         self.proj = torch.nn.Linear(16, 16)
+        self.divisor = divisor
 
     def forward(self, x):
         scores = self.proj(x) @ x.transpose(-1, -2)
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=x.device).tril()
-        scores = torch.where(causal, scores, torch.full((), torch.finfo(scores.dtype).min, device=x.device))
+        low = torch.finfo(scores.dtype).min / self.divisor
+        scores = torch.where(causal, scores, torch.full((), low, device=x.device))
         return scores.softmax(-1) @ x
 
 
-def masks_with_default_dtype():
+def masks_with_default_dtype(divisor: int = 2):
     torch.manual_seed(0)
-    return MasksWithDefaultDtype(), (torch.randn(2, 12, 16),)
+    return MasksWithDefaultDtype(divisor), (torch.randn(2, 12, 16),)
 
 
 def five_percent_larger(gm, example_inputs):
@@ -154,3 +157,14 @@ def test_a_model_making_constants_in_the_default_dtype_gets_a_golden_in_fp64(dty
     assert any("default dtype set to torch.float64" in n for n in r.notes)
     assert torch.get_default_dtype() == torch.float32
     assert all(row.vs_golden is not None for row in r.rows)  # every row judged against the golden
+
+
+@pytest.mark.parametrize("backend,code", [("aot_eager", 0), (f"{__file__}:five_percent_larger", 1)])
+def test_the_mask_value_read_from_the_dtype_is_eagers_in_the_golden(backend, code):
+    """XGLM's own pattern, finfo(scores.dtype).min itself: the golden takes eager's dtype's minimum (it fits
+    the default dtype, so no rerun), and judges as before."""
+    case = masks_with_default_dtype(divisor=1)
+    r = run_check(Case(*case, "masks_with_finfo_min"), backend=backend, dtype="fp32", train=True)
+    assert r.exit_code == code, [(row.name, row.verdict.code, row.verdict.message) for row in r.rows]
+    assert any("finfo constants of eager's dtype" in n for n in r.notes), r.notes
+    assert not any("default dtype set to torch.float64" in n for n in r.notes)

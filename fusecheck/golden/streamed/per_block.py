@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils import _pytree as pytree
 
 from fusecheck.compare import Comparison, compare
@@ -137,17 +138,24 @@ def judge_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.devi
                 f"not judged per block: its fp64 replay failed ({type(exc).__name__}: {str(exc)[:160]})"]))
             continue
         golden = {k: v.detach() for k, v in flatten_outputs(out)[0].items()}
-        rows = []
-        for key, eager in call.eager.items():
-            if not eager.is_floating_point() or key not in golden:
-                continue
-            g = golden[key].to(eager.device)
-            if call.compiled is not None and key in call.compiled:
-                rows.append(compare(call.compiled[key], eager, g, policy=policy, name=f"{name}:{key}"))
-            else:  # no compiled block: eager against itself, which gives eager's own error against the golden
-                rows.append(compare(eager, eager, g, policy=policy, name=f"{name}:{key}"))
+        with _disable_current_modes():  # the replay ran in the golden's dispatch mode; the comparison must not
+            rows = _judged(name, call, golden, policy)
         verdicts.append(BlockVerdict(name, rows, call.compiled is not None))
     return verdicts
+
+
+def _judged(name: str, call, golden: dict, policy) -> list:
+    """One block's rows: its compiled (else eager's) outputs against the replay's golden ones."""
+    rows = []
+    for key, eager in call.eager.items():
+        if not eager.is_floating_point() or key not in golden:
+            continue
+        g = golden[key].to(eager.device)
+        if call.compiled is not None and key in call.compiled:
+            rows.append(compare(call.compiled[key], eager, g, policy=policy, name=f"{name}:{key}"))
+        else:  # no compiled block: eager against itself, which gives eager's own error against the golden
+            rows.append(compare(eager, eager, g, policy=policy, name=f"{name}:{key}"))
+    return rows
 
 
 def first_worse(verdicts: list[BlockVerdict]) -> str | None:
