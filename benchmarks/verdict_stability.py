@@ -220,7 +220,8 @@ def strengths_of(kind: str, quick: bool) -> list[float]:
 def rmse_only_fails(row) -> bool:
     """torch._dynamo.utils.same(fp64_ref) on the row's metrics, with the applied policy tolerance as tol."""
     if row.vs_golden is None or row.reference_vs_golden is None or row.applied is None:
-        return not row.passed  # structural / exact rows: both rules agree
+        # structural / exact rows: both rules agree; a row no rule could judge (no finite golden) is neither's FAIL
+        return not row.passed and str(getattr(row.verdict.status, "value", row.verdict.status)) != "ERROR"
     if row.vs_reference.mismatches == 0:
         return False
     tol = row.applied.tolerance.atol
@@ -418,9 +419,10 @@ def _line(r: dict) -> str:
 
 def _held_out_group(name: str) -> list[str]:
     """`any:all` (every held-out family), `any:vision` (the image classifiers alone), `any:encoder` (the text
-    encoders alone); [] for any other name."""
+    encoders alone), `any:seq2seq` (the encoder-decoders alone); [] for any other name."""
     from models.families import held_out
-    kinds = {"any:all": None, "any:vision": "held-out-vision", "any:encoder": "held-out-encoder"}
+    kinds = {"any:all": None, "any:vision": "held-out-vision", "any:encoder": "held-out-encoder",
+             "any:seq2seq": "held-out-seq2seq"}
     return held_out(kinds[name]) if name in kinds else []
 
 
@@ -435,10 +437,11 @@ def main(argv=None) -> int:
     p.add_argument("--families", default="all",
                    help=f"comma-separated, or 'all' (every family that builds here); known: {','.join(FAMILIES)}; "
                         f"issue 14's fixed models as {','.join(FIXED)}; held-out families as any:<model type> "
-                        f"(any transformers causal LM, image classifier or text encoder, shrunk: "
-                        f"models/any_causal_lm.py, models/any_image_classifier.py, models/any_text_encoder.py), "
-                        f"any:all for all of them, any:vision for the image classifiers, any:encoder for the text "
-                        f"encoders (masked LMs, else sequence classifiers)")
+                        f"(any transformers causal LM, image classifier, text encoder or seq2seq LM, shrunk: "
+                        f"models/any_causal_lm.py, models/any_image_classifier.py, models/any_text_encoder.py, "
+                        f"models/any_seq2seq_lm.py), any:all for all of them, any:vision for the image classifiers, "
+                        f"any:encoder for the text encoders (masked LMs, else sequence classifiers), any:seq2seq "
+                        f"for the encoder-decoders (seq2seq LMs)")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--modes", default="fwd,train")
     p.add_argument("--part", default="stability", choices=["stability", "power", "both"])

@@ -9,7 +9,7 @@ nothing downloaded; timm families only where timm imports):
 
 `FAMILIES = {name: Family}`; a Family is callable as `FAMILIES[name](seed) -> (Case, config)`. `family(name)` also
 answers the held-out families `any:<model type>` (models/any_causal_lm.py, models/any_image_classifier.py,
-models/any_text_encoder.py; `held_out()` lists them), which every
+models/any_text_encoder.py, models/any_seq2seq_lm.py; `held_out()` lists them), which every
 function here takes as a family name. The config is
 a plain JSON-able dict: what was drawn (sizes, heads and KV heads, layers, activation, biases, tied embeddings,
 norm placement, positions, batch and sequence...). It is a pure function of (family, seed): a
@@ -949,7 +949,7 @@ HELD_OUT = "any:"  # `any:<model_type>`: a held-out family, from the first shrin
 # the held-out shrinkers (each a sibling module: types(), held_out_types(), sample(rng), build(type, config)),
 # and the `kind` their draws record
 HELD_OUT_KINDS = {"any_causal_lm": "held-out", "any_image_classifier": "held-out-vision",
-                  "any_text_encoder": "held-out-encoder"}
+                  "any_text_encoder": "held-out-encoder", "any_seq2seq_lm": "held-out-seq2seq"}
 
 
 def _sibling(name: str):
@@ -972,8 +972,8 @@ def _shrinkers():
 
 def family(name: str) -> Family:
     """The registered family, or the held-out `any:<model_type>` one (any transformers causal LM, image
-    classifier or text encoder (masked LM, else sequence classifier), shrunk; a type of two kinds is the first
-    shrinker's in HELD_OUT_KINDS)."""
+    classifier, text encoder (masked LM, else sequence classifier) or seq2seq LM, shrunk; a type of two kinds is
+    the first shrinker's in HELD_OUT_KINDS)."""
     if name in FAMILIES:
         return FAMILIES[name]
     model_type = name.removeprefix(HELD_OUT)
@@ -982,14 +982,15 @@ def family(name: str) -> Family:
             return Family(name, kind, shrinker.sample, lambda c, shrinker=shrinker: shrinker.build(model_type, c))
     raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}, or any:<model type> for a transformers "
                    "causal-LM, image-classification or text-encoder (masked-LM or sequence-classification) model "
-                   "type (`--families any:all` runs every one the families above do not cover)")
+                   "type, or a seq2seq-LM one (`--families any:all` runs every one the families above do not cover)")
 
 
 def held_out(kind: str | None = None) -> list[str]:
-    """`any:<model_type>` for every transformers causal-LM, image-classifier and text-encoder (masked-LM, else
-    sequence-classifier) type the hand-written families do not cover (causal LMs first, then image classifiers,
-    then text encoders, each list in name order; a type of two kinds is the first one's); of one kind of
-    HELD_OUT_KINDS ("held-out", "held-out-vision", "held-out-encoder") when given."""
+    """`any:<model_type>` for every transformers causal-LM, image-classifier, text-encoder (masked-LM, else
+    sequence-classifier) and seq2seq-LM type the hand-written families do not cover (causal LMs first, then image
+    classifiers, then text encoders, then seq2seq LMs, each list in name order; a type of two kinds is the first
+    one's); of one kind of HELD_OUT_KINDS ("held-out", "held-out-vision", "held-out-encoder", "held-out-seq2seq")
+    when given."""
     names = {}
     for shrinker, k in _shrinkers():
         for t in shrinker.held_out_types():

@@ -444,6 +444,48 @@ def test_a_held_out_encoder_draw_is_small_deterministic_and_runs_forward_and_bac
     torch.testing.assert_close(again.model(*again.inputs), out.detach())
 
 
+def test_held_out_seq2seq_families_are_the_encoder_decoders_no_other_family_covers():
+    from models import any_causal_lm, any_image_classifier, any_seq2seq_lm, any_text_encoder
+    seq2seq = fam.held_out("held-out-seq2seq")
+    assert len(seq2seq) >= 5 and "any:m2m_100" in seq2seq and "any:fsmt" in seq2seq
+    types = {n.removeprefix(fam.HELD_OUT) for n in seq2seq}
+    assert not types & (any_seq2seq_lm.SEEN | {"t5", "bart", "mbart", "whisper"})  # mbart: the BART family's
+    other = set(any_causal_lm.types()) | set(any_image_classifier.types()) | set(any_text_encoder.types())
+    assert not types & other
+    assert all(fam.family(n).kind == "held-out-seq2seq" for n in seq2seq)
+    assert fam.family("any:pegasus").kind == "held-out" and fam.family("any:mt5").kind == "held-out-encoder"
+    others = [n for k in ("held-out", "held-out-vision", "held-out-encoder") for n in fam.held_out(k)]
+    assert not set(seq2seq) & set(others) and set(seq2seq) <= set(fam.held_out())
+
+
+@pytest.mark.parametrize("name", ["any:m2m_100", "any:fsmt"])  # learned and sinusoidal positions; two vocabularies
+def test_a_held_out_seq2seq_draw_is_small_deterministic_and_runs_forward_and_backward(name):
+    (case, config), (again, _) = fam.draw(name, 1), fam.draw(name, 1)
+    assert config["kind"] == "held-out-seq2seq"
+    sa, sb = case.model.state_dict(), again.model.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
+    assert sum(p.numel() for p in case.model.parameters()) < 2e6, name  # shrunk, not the default size
+    ids, mask, decoder_ids = case.inputs
+    assert case.model.names == ("input_ids", "attention_mask", "decoder_input_ids")
+    assert ids.shape == mask.shape == (config["batch"], config["seq"])
+    assert decoder_ids.shape == (config["batch"], config["decoder_seq"])
+    assert int(mask.sum()) == ids.numel() - min(config["pad"], config["seq"] - 1)
+    out = case.model(*case.inputs)
+    assert out.shape == (config["batch"], config["decoder_seq"], config["vocab"]) and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert any(p.grad is not None for p in case.model.parameters())
+    torch.testing.assert_close(again.model(*again.inputs), out.detach())
+
+
+def test_the_held_out_seq2seq_group_resolves(capsys):
+    assert vs.main(["--families", "any:seq2seq", "--seeds", "0", "--dtypes", "bf16", "--modes", "train",
+                    "--dry-run"]) == 0
+    seq2seq = fam.held_out("held-out-seq2seq")
+    assert f"{len(seq2seq)} runs" in capsys.readouterr().out and 0 < len(seq2seq) < len(fam.held_out())
+    assert vs._held_out_group("any:seq2seq") == seq2seq
+
+
 def test_held_out_rows_replay_as_targets_and_the_grid_accepts_them(monkeypatch, capsys):
     monkeypatch.setattr(fam, "draw", lambda family, seed: (f"{family}/{seed}", {}))
     assert fam.__getattr__("any_gpt_bigcode_3")() == "any:gpt_bigcode/3"
