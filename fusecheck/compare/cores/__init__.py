@@ -61,15 +61,13 @@ def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device
 def walk_at_scale(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
                   acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor,
                   scale_of: tuple[int, ...]) -> tuple[torch.Tensor, float, list[float]] | None:
-    """The scale pass and the walk in one launch sequence, by the first core for `device` that offers it:
+    """The scale pass and the walk in one launch sequence, by the first core for `device` if it offers that:
     ([pairs, entries], the scale, the thresholds it derived from unscaled `fparams`), or None (the caller
-    takes the scale first, then walks). On an accelerator this saves the wait between the two passes."""
-    for core in CORES:
-        if core.applies(device):
-            at_scale = getattr(core.load(), "walk_at_scale", None)
-            if at_scale is not None:
-                return at_scale(tensors, pairs, device, acc, fparams, iparams, scale_of)
-    return None
+    takes the scale first, then walks). On an accelerator this saves the wait between the two passes; on the
+    host there is no wait to save (and the later cores are not imported for it)."""
+    core = next(c for c in CORES if c.applies(device))
+    at_scale = getattr(core.load(), "walk_at_scale", None)
+    return None if at_scale is None else at_scale(tensors, pairs, device, acc, fparams, iparams, scale_of)
 
 
 def finite_abs_max(tensors: list[torch.Tensor], chunk_elems: int | None = None) -> float:
