@@ -10,8 +10,7 @@ import torch
 
 from fusecheck.compare.cores.torch_core import eager_chunk_elems
 from fusecheck.compare.host import to_host
-from fusecheck.compare.metrics import (METRICS, Metrics, classify_nonfinite, iter_aligned_chunks,
-                                       multi_pair_metrics, pair_metrics)
+from fusecheck.compare.metrics import METRICS, Metrics, classify_nonfinite, iter_aligned_chunks, pair_metrics
 from fusecheck.compare.scale import Applied, metrics_at_scale
 from fusecheck.compare.verdict import DIGITS_LOST_DTYPES, RATIO_CHECKS, Status, Verdict, judge
 from fusecheck.policy import Policy, Tolerance

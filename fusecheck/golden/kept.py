@@ -18,6 +18,7 @@ promotion does. Not covered: Python code that branches on `h.dtype` itself (not 
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -25,6 +26,13 @@ from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakTensorKeyDictionary
 
 _FINFO = ("max", "min", "eps", "tiny")
+
+
+@functools.lru_cache(maxsize=None)
+def _swap(golden: torch.dtype, eager: torch.dtype, which: tuple[str, ...]) -> dict[float, float]:
+    """golden's finfo constants (`which` of them) -> eager's: made once, read on every op of the golden."""
+    theirs, ours = torch.finfo(golden), torch.finfo(eager)
+    return {float(getattr(theirs, k)): float(getattr(ours, k)) for k in which}
 
 
 def _precise(a: torch.dtype, b: torch.dtype) -> torch.dtype:
@@ -89,8 +97,7 @@ class KeptValues:
         CANINE: an all-NaN golden under a finite eager); Longformer's masks sum such minima to -inf in fp64
         too and its softmax backward turned every gradient NaN. (eps and tiny stay fp64's there: the
         golden's own helpers, running inside its mode, read them.)"""
-        theirs, ours = torch.finfo(self.golden), torch.finfo(eager_dtype)
-        swap = {float(getattr(theirs, k)): float(getattr(ours, k)) for k in which}
+        swap = _swap(self.golden, eager_dtype, which)
         swapped = [0]
 
         def one(x):

@@ -482,18 +482,29 @@ def _column(name: str) -> int:
     return names.index(name)
 
 
+def _takes(tensors: list[torch.Tensor], pairs, acc: torch.dtype, fparams: torch.Tensor) -> bool:
+    """Whether the kernel answers these at all: it reads up to 3 tensors of its dtypes, from MIN_ELEMS up, and
+    "a difference beyond atol implies finite" needs atol >= 0."""
+    return (tensors[0].numel() >= max(MIN_ELEMS, 1) and len(tensors) <= 3 and len(pairs) <= 3
+            and supports(tensors, acc) and min(fparams.tolist()) >= 0)
+
+
+def _variant(device: torch.device, tensors: list[torch.Tensor], pairs, ints: tuple[int, int, int],
+             exact_log: bool) -> tuple:
+    """What one compile (and one self-check) serves."""
+    return device.type, tuple(t.dtype for t in tensors), pairs, exact_log, fast_pass(), _ulp_safe(ints)
+
+
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,
          acc: torch.dtype, fparams: torch.Tensor, iparams: torch.Tensor) -> torch.Tensor | None:
     """The cores' protocol (cores/__init__.py) through the kernel: [pairs, entries] (on the CPU: reduced on
     the device, then one transfer per chunk), or None where another core must answer (unsupported dtypes, no
     Triton, a variant that failed). On-device contiguous tensors go in one launch; others in
     DEFAULT_CHUNK_ELEMS chunks moved to `device` (memory bounded by the chunk)."""
-    if (tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3 or len(pairs) > 3 or not supports(tensors, acc)
-            or min(fparams.tolist()) < 0):
-        return None  # the kernel reads up to 3 tensors; "a difference beyond atol implies finite" needs atol >= 0
+    if not _takes(tensors, pairs, acc, fparams):
+        return None
     ints = tuple(int(v) for v in iparams.tolist())
-    variant = (device.type, tuple(t.dtype for t in tensors), pairs, ints[2] < EXACT_LOG_BELOW, fast_pass(),
-               _ulp_safe(ints))  # one compile (and one self-check) each
+    variant = _variant(device, tensors, pairs, ints, ints[2] < EXACT_LOG_BELOW)
     if variant in _failed:
         return None
     whole = all(t.device == device and t.is_contiguous() for t in tensors)
@@ -559,12 +570,11 @@ def walk_at_scale(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...
     derivation; None where this path does not apply (then the caller takes the scale first): not whole on
     this device, below MIN_ELEMS, a variant not yet self-checked or failed, or a scale whose octave base
     needs the exact-log variant (a tensor of zeros: one pass wasted, rare)."""
-    if (not 1 <= len(scale_of) <= 2 or tensors[0].numel() < max(MIN_ELEMS, 1) or len(tensors) > 3
-            or len(pairs) > 3 or not supports(tensors, acc) or min(fparams.tolist()) < 0
+    if (not 1 <= len(scale_of) <= 2 or not _takes(tensors, pairs, acc, fparams)
             or not all(t.device == device and t.is_contiguous() for t in tensors)):
         return None
     ints = tuple(int(v) for v in iparams.tolist())
-    variant = (device.type, tuple(t.dtype for t in tensors), pairs, False, fast_pass(), _ulp_safe(ints))
+    variant = _variant(device, tensors, pairs, ints, False)
     scales = [tensors[i].reshape(-1) for i in scale_of]
     abs_variant = ("abs_max", device.type, tuple(t.dtype for t in scales))
     if not {variant, abs_variant} <= _checked or {variant, abs_variant} & _failed:
