@@ -425,14 +425,20 @@ def test_held_out_encoder_families_are_the_text_encoders_no_other_family_covers(
     assert not set(encoders) & set(fam.held_out("held-out")) and set(encoders) <= set(fam.held_out())
 
 
-@pytest.mark.parametrize("name", ["any:distilbert", "any:mpnet", "any:canine"])  # masked LMs; a classifier
-def test_a_held_out_encoder_draw_is_small_deterministic_and_runs_forward_and_backward(name):
+def _drawn_twice(name: str, kind: str):
+    """The draw of seed 1 twice: of `kind`, the same weights and inputs both times, shrunk (under 2e6 parameters)."""
     (case, config), (again, _) = fam.draw(name, 1), fam.draw(name, 1)
-    assert config["kind"] == "held-out-encoder"
+    assert config["kind"] == kind
     sa, sb = case.model.state_dict(), again.model.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
     assert sum(p.numel() for p in case.model.parameters()) < 2e6, name  # shrunk, not the default size
+    return case, again, config
+
+
+@pytest.mark.parametrize("name", ["any:distilbert", "any:mpnet", "any:canine"])  # masked LMs; a classifier
+def test_a_held_out_encoder_draw_is_small_deterministic_and_runs_forward_and_backward(name):
+    case, again, config = _drawn_twice(name, "held-out-encoder")
     ids, mask = case.inputs
     assert ids.shape == mask.shape == (config["batch"], config["seq"]) and case.model.names[1] == "attention_mask"
     assert int(mask.sum()) == ids.numel() - min(config["pad"], config["seq"] - 1)
@@ -460,12 +466,7 @@ def test_held_out_seq2seq_families_are_the_encoder_decoders_no_other_family_cove
 
 @pytest.mark.parametrize("name", ["any:m2m_100", "any:fsmt"])  # learned and sinusoidal positions; two vocabularies
 def test_a_held_out_seq2seq_draw_is_small_deterministic_and_runs_forward_and_backward(name):
-    (case, config), (again, _) = fam.draw(name, 1), fam.draw(name, 1)
-    assert config["kind"] == "held-out-seq2seq"
-    sa, sb = case.model.state_dict(), again.model.state_dict()
-    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-    assert all(torch.equal(x, y) for x, y in zip(case.inputs, again.inputs))
-    assert sum(p.numel() for p in case.model.parameters()) < 2e6, name  # shrunk, not the default size
+    case, again, config = _drawn_twice(name, "held-out-seq2seq")
     ids, mask, decoder_ids = case.inputs
     assert case.model.names == ("input_ids", "attention_mask", "decoder_input_ids")
     assert ids.shape == mask.shape == (config["batch"], config["seq"])
