@@ -14,6 +14,7 @@ for all pairs, come from one read of each chunk (a comparison core: `cores/`).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
 }
 # the flat keys of the per-octave entries, made once (a compare finalizes three pairs of 80 each)
 _VECTOR_KEYS = {name: [f"{name}.{i}" for i in range(acc.size)] for name, acc in ACCUMULATORS.items() if acc.size > 1}
+_ZEROS = [0] * OCTAVES  # the default of an absent octave count
 
 
 # Per-octave values are flat scalar keys too (`octave_n.3`, `octave_max_abs.3`), so that a per-key worst of
@@ -117,13 +119,16 @@ class Metrics:
         return self.values["bitwise_equal"] == self.values["numel"]
 
     def octaves(self) -> dict[int, tuple[int, float]]:
-        """Non-empty octaves: index (0 = just above the small-value threshold) -> (elements, max abs error)."""
-        values, out = self.values, {}
-        for i, (count, top) in enumerate(zip(_VECTOR_KEYS["octave_n"], _VECTOR_KEYS["octave_max_abs"])):
-            n = int(values.get(count, 0))
-            if n:
-                out[i] = (n, values[top])
-        return out
+        """Non-empty octaves: index (0 = just above the small-value threshold) -> (elements, max abs error).
+        Made once per Metrics (a verdict reads them three times; `values` is not changed after construction:
+        a changed metric is a new Metrics)."""
+        memo = self.__dict__.get("_octaves")
+        if memo is None or memo[0] is not self.values:
+            get, top = self.values.get, _VECTOR_KEYS["octave_max_abs"]
+            memo = self.__dict__["_octaves"] = (self.values, {
+                i: (int(n), self.values[top[i]])
+                for i, n in enumerate(map(get, _VECTOR_KEYS["octave_n"], _ZEROS)) if n})
+        return memo[1]
 
     def summary(self) -> dict[str, float]:
         """The scalar metrics, without the per-octave entries (for reports and JSON)."""
@@ -229,7 +234,7 @@ class _Walk:
             return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
                     for k in self.pairs}
         rows = dict(zip(self.distinct, reduced.cpu().tolist()))  # the one device->host transfer
-        return {k: finalize(_unpack(rows[o])) for k, o in zip(self.pairs, self.order)}
+        return {k: _finalize_row(rows[o]) for k, o in zip(self.pairs, self.order)}
 
 
 def _unpack(row: list[float]) -> dict:
@@ -241,6 +246,29 @@ def _unpack(row: list[float]) -> dict:
     if out["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
         out["bits_equal"] = -1.0
     return out
+
+
+# where each accumulator lies in a flat row, made once: a compare finalizes three rows of ~100 entries, and
+# on an accelerator this host work is part of every call's fixed cost (issue 22)
+_SCALAR_AT = []
+_VECTOR_AT = []
+for _name, _start in zip(ACCUMULATORS, itertools.accumulate([0] + [a.size for a in ACCUMULATORS.values()])):
+    if ACCUMULATORS[_name].size == 1:
+        _SCALAR_AT.append((_name, _start))
+    else:
+        _VECTOR_AT.append((_VECTOR_KEYS[_name], _start, _start + ACCUMULATORS[_name].size))
+_METRIC_FNS = [(name, fn) for name, (_, fn) in METRICS.items()]
+
+
+def _finalize_row(row: list[float]) -> Metrics:
+    """finalize(_unpack(row)) without the intermediate lists: the same values."""
+    acc = {name: row[i] for name, i in _SCALAR_AT}
+    if acc["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
+        acc["bits_equal"] = -1.0
+    values = {name: float(fn(acc)) for name, fn in _METRIC_FNS}
+    for keys, start, stop in _VECTOR_AT:
+        values.update(zip(keys, map(float, row[start:stop])))
+    return Metrics(values)
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> int:
