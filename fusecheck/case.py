@@ -6,6 +6,7 @@ Loading problems raise `TargetError`, which the CLI maps to exit code 2 (bad inp
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -43,6 +44,26 @@ def as_case(obj: Any, name: str = "case") -> Case:
     raise TargetError(f"target {name!r} returned {type(obj).__name__}; expected a Case or a (model, inputs) tuple")
 
 
+@contextlib.contextmanager
+def importable(*dirs: Path):
+    """`dirs` on sys.path for the duration (those not there already), removed after."""
+    added = [str(d) for d in dirs if str(d) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for d in added:
+            sys.path.remove(d)
+
+
+def _target_dirs(spec: str) -> tuple[Path, ...]:
+    """Where a target's imports resolve while it loads and builds: the working directory (as under
+    `python -m`: a file in a project imports the project's packages, also lazily when it builds), and a
+    file target's own folder (its sibling modules)."""
+    where = spec.rpartition(":")[0]
+    return (Path.cwd(), *([Path(where).resolve().parent] if where.endswith(".py") else []))
+
+
 def load_object(spec: str) -> Any:
     """Resolve `path/to/file.py:NAME` or `package.module:NAME` to the named object."""
     if ":" not in spec:
@@ -56,13 +77,11 @@ def load_object(spec: str) -> Any:
         module_spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[mod_name] = module
-        sys.path.insert(0, str(path.resolve().parent))
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:  # the user's file failed to import
-            raise TargetError(f"{spec!r}: importing {where} failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            sys.path.remove(str(path.resolve().parent))
+        with importable(path.resolve().parent):
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as exc:  # the user's file failed to import
+                raise TargetError(f"{spec!r}: importing {where} failed: {type(exc).__name__}: {exc}") from exc
     else:
         try:
             module = importlib.import_module(where)
@@ -111,6 +130,11 @@ def refuse_meta(case: Case) -> None:
 def load_target(spec: str | None = None, seed: int = 0) -> Case:
     """Load and build the case named by `spec` (the built-in transformer block when None), seeded."""
     spec = spec or DEFAULT_TARGET
+    with importable(*_target_dirs(spec)):
+        return _load_target(spec, seed)
+
+
+def _load_target(spec: str, seed: int) -> Case:
     builder = load_object(spec)
     name = spec.rpartition(":")[2] if spec != DEFAULT_TARGET else "transformer_block"
     if isinstance(builder, (Case, tuple)):

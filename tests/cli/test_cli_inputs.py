@@ -238,3 +238,20 @@ def test_a_planted_rank_abort_prints_no_fatal_error_dump_into_a_passing_run(pyte
     result.assert_outcomes(passed=1)
     text = result.stdout.str() + result.stderr.str()
     assert "Fatal Python error" not in text, text[-3000:]
+
+
+# -- target files that import their project ------------------------------------------------------------------------
+def test_a_target_file_imports_its_projects_packages_also_when_it_builds(tmp_path, monkeypatch, capsys):
+    """`fusecheck check models/x.py:NAME` from a project's root: the file's lazy `from project_pkg import ...`
+    resolves as under `python -m` (the working directory is importable while the target loads and builds),
+    and sys.path is as before afterwards."""
+    (tmp_path / "fc_lazy_pkg").mkdir()
+    (tmp_path / "fc_lazy_pkg" / "__init__.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n")
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "t.py").write_text("def case():\n    from fc_lazy_pkg import build\n    return build()\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    assert main(["check", "targets/t.py:case", "--backend", "eager", "-q"]) == 0, capsys.readouterr().err
+    assert sys.path == before
+    sys.modules.pop("fc_lazy_pkg", None)
