@@ -4,11 +4,9 @@
 caller's `golden(sink)`."""
 from __future__ import annotations
 
-import contextlib
 from typing import Callable
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from fusecheck.check.compiled import CompiledRuns
 from fusecheck.check.pipeline import Pipeline
@@ -16,29 +14,10 @@ from fusecheck.golden.choices.passes import golden_passes
 from fusecheck.errors import GoldenError
 from fusecheck.devices import resolve_dtype
 from fusecheck.golden.fallback import GoldenFallback, eager_precision
+from fusecheck.golden.judging_scope import default_dtype, outside_golden
 from fusecheck.cli.watchdog import phase
 
 Sink = Callable[[str, torch.Tensor], None]
-
-
-def outside_modes(fn: Sink, dtype: torch.dtype) -> Sink:
-    """The sink judges rows while the golden runs (inside GoldenFallback's dispatch mode): the comparison's
-    own ops must not go through that Python mode, one op at a time, nor see the golden's default dtype
-    (`dtype`: the caller's)."""
-    def call(*args):
-        with _disable_current_modes(), default_dtype(dtype):
-            return fn(*args)
-    return call
-
-
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype):
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 def _discard(name: str, t: torch.Tensor) -> None:
@@ -73,14 +52,14 @@ def _golden_passes(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[
     with p.measured("golden"):
         try:
             try:
-                _each_pass(p, judge, compiled, golden, fallback, counted, base)
+                _each_pass(p, judge, compiled, golden, fallback, counted)
             except Exception as exc:
                 # the golden with the model's casts kept failed where eager ran (code that gives the kept
                 # values another meaning): before any row was judged, run it again with the casts as written
                 if p.passes_through(exc) or not fallback.kept or delivered[0]:
                     raise
                 fallback.stand_down("the golden", exc)
-                _each_pass(p, judge, compiled, golden, fallback, counted, base)
+                _each_pass(p, judge, compiled, golden, fallback, counted)
         except Exception as exc:
             if p.passes_through(exc):
                 raise
@@ -102,7 +81,7 @@ def _in_default_dtype(p: Pipeline, judge, compiled: CompiledRuns, golden: Callab
         return False
     try:
         with default_dtype(p.golden_dtype):
-            _each_pass(p, judge, compiled, golden, fallback, counted, base)
+            _each_pass(p, judge, compiled, golden, fallback, counted)
     except Exception as again:
         if p.passes_through(again):
             raise
@@ -115,12 +94,12 @@ def _in_default_dtype(p: Pipeline, judge, compiled: CompiledRuns, golden: Callab
 
 
 def _each_pass(p: Pipeline, judge, compiled: CompiledRuns, golden: Callable[[Sink], None],
-               fallback: GoldenFallback, counted: Callable[[Sink], Sink], judged_in: torch.dtype) -> None:
+               fallback: GoldenFallback, counted: Callable[[Sink], Sink]) -> None:
     done = 0
     for follower, sink in golden_passes(compiled.eager_choices.calls, compiled.choices, judge,
                                         p.policy.ratios.decision_tie):
         with fallback, follower:
-            golden(outside_modes(p.timed("judge", counted(sink)), judged_in))
+            golden(outside_golden(p.timed("judge", counted(sink))))
         p.notes.extend(follower.report.notes())
         done += 1
     if p.agree(done > 1) and done == 1:  # a peer follows two sets of choices: keep step with it

@@ -168,3 +168,57 @@ def test_the_mask_value_read_from_the_dtype_is_eagers_in_the_golden(backend, cod
     assert r.exit_code == code, [(row.name, row.verdict.code, row.verdict.message) for row in r.rows]
     assert any("finfo constants of eager's dtype" in n for n in r.notes), r.notes
     assert not any("default dtype set to torch.float64" in n for n in r.notes)
+
+
+class BlocksMaskingWithDefaultDtype(torch.nn.Module):
+    """Two such blocks in a ModuleList: the per-block replays run too, under the golden's default dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(MasksWithDefaultDtype(2) for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_every_row_is_judged_under_the_callers_default_dtype_also_per_block(monkeypatch):
+    """The golden reran with fp64 as torch's default; the comparisons that judge its rows as they arrive, end to
+    end and per block, run with the caller's default (one helper, golden/judging_scope.py: as_caller)."""
+    from fusecheck.golden.streamed import per_block
+
+    seen = []
+
+    def recording(compare):
+        def call(*args, **kwargs):
+            seen.append((kwargs.get("name", ""), torch.get_default_dtype()))
+            return compare(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(per_block, "compare", recording(per_block.compare))
+    torch.manual_seed(0)
+    r = run_check(Case(BlocksMaskingWithDefaultDtype(), (torch.randn(2, 12, 16),), "blocks_default_dtype"),
+                  backend="aot_eager", dtype="fp32")
+    assert r.exit_code == 0 and any("default dtype set to torch.float64" in n for n in r.notes), r.notes
+    assert seen and {d for _, d in seen} == {torch.float32}, seen  # per-block rows were judged, in fp32's default
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_as_caller_restores_the_callers_default_dtype_and_leaves_the_modes():
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+    from fusecheck.golden.judging_scope import as_caller, default_dtype
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with default_dtype(torch.float64), Mode():
+        with default_dtype(torch.float64):  # nested: the outermost caller's is the one restored
+            with as_caller():
+                assert torch.get_default_dtype() == torch.float32 and _get_current_dispatch_mode() is None
+            assert torch.get_default_dtype() == torch.float64 and _get_current_dispatch_mode() is not None
+    assert torch.get_default_dtype() == torch.float32
+    with as_caller():  # outside any golden scope: the default as it is
+        assert torch.get_default_dtype() == torch.float32

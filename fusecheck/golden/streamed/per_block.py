@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils import _pytree as pytree
 
 from fusecheck.compare import Comparison, compare
@@ -21,6 +20,7 @@ from fusecheck.runs.execute import flatten_outputs, read_tensors
 from fusecheck.runs.cast import cast_tree
 from fusecheck.runs.memory import is_oom
 from fusecheck.policy import Policy
+from fusecheck.golden.judging_scope import as_caller
 from fusecheck.golden.streamed.guard import Guard
 from fusecheck.golden.streamed.upcast import upcast
 
@@ -138,7 +138,7 @@ def judge_blocks(recorder: BlockRecorder, dtype: torch.dtype, device: torch.devi
                 f"not judged per block: its fp64 replay failed ({type(exc).__name__}: {str(exc)[:160]})"]))
             continue
         golden = {k: v.detach() for k, v in flatten_outputs(out)[0].items()}
-        with _disable_current_modes():  # the replay ran in the golden's dispatch mode; the comparison must not
+        with as_caller():  # the replay ran in the golden's modes and default dtype; the comparison must not
             rows = _judged(name, call, golden, policy)
         verdicts.append(BlockVerdict(name, rows, call.compiled is not None))
     return verdicts
