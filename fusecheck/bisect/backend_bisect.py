@@ -111,5 +111,6 @@ def inductor_repro(case: Any, opts: CheckOptions, path: str, budget: int,
                             f"{j.worst_ratio:.4g}")
                 say("repro", f"wrote {path} (standalone: python {path})")
                 return used
-    say("repro", f"no subgraph alone is worse than eager within the budget: {path} not written")
+    where = " (the forward graphs are split; a culprit acting in the backward is not reached)" if opts.train else ""
+    say("repro", f"no subgraph alone is worse than eager within the budget{where}: {path} not written")
     return used

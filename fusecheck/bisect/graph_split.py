@@ -59,8 +59,9 @@ def capture_graph(model: Any, inputs: tuple, kwargs: dict | None = None) -> list
         return gm.forward
 
     torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(model, backend=recorder)(*inputs, **(kwargs or {}))
+    with torch.no_grad():  # static shapes: a frame called at two lengths (an encoder's and a decoder's) would
+        # otherwise be captured with symbolic sizes, which the eager replay of its graph cannot run
+        torch.compile(model, backend=recorder, dynamic=False)(*inputs, **(kwargs or {}))
     torch._dynamo.reset()
     return graphs
 

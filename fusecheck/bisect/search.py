@@ -347,7 +347,11 @@ def bisect(case: Any, opts: CheckOptions | None = None, *, kinds: list[str] | No
             attribute_kernels(base)
         if repro and status == "culprits":
             from fusecheck.bisect.backend_bisect import inductor_repro
-            s.compiles += inductor_repro(case, s.opts, repro, max_compiles - s.compiles, s.say)
+            try:  # a diagnostic after the verdict: its failure is said, and the bisection's result stands
+                s.compiles += inductor_repro(case, s.opts, repro, max_compiles - s.compiles, s.say)
+            except Exception as exc:  # noqa: BLE001
+                s.say("repro", f"not written: splitting the graph failed ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:200]})")
         s.say("done", message)
         census = getattr(base.report, "census", None) if base and base.report else None
         for c in culprits:
