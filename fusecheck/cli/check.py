@@ -127,10 +127,10 @@ def _junit_repeats(path: str, repeats: dict | None) -> None:
 
 
 def timeout_reports(args: argparse.Namespace):
-    """What writes --json/--junit/--html when --time-limit ends the run: armed by the command line before its
-    watchdog starts, so a limit reached while torch or the target still load leaves the reports too."""
-    error_reports = error_reports_for(args, time.monotonic())
-    return lambda message: error_reports(message, 3)
+    """What writes --json/--junit/--html when --time-limit (exit 3) or an interrupt's deadline (130) ends the
+    run: armed by the command line before its watchdog starts, so a limit reached while torch or the target
+    still load leaves the reports too."""
+    return error_reports_for(args, time.monotonic())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -138,10 +138,10 @@ def run_command(module, args: argparse.Namespace) -> int:
         with Progress(command, quiet=getattr(args, "quiet", False)) as progress:
             progress.set("loading torch")
             import torch  # noqa: F401  (start-up, before the time limit starts: it bounds the work, as before)
-            from fusecheck.cli.watchdog import on_timeout
+            from fusecheck.cli.watchdog import interrupt_deadline, on_timeout
             reports = getattr(module, "timeout_reports", None)   # a command that writes reports on a timeout
             with (on_timeout(reports(args)) if reports else contextlib.nullcontext()), \
-                    Watchdog(args.time_limit, command):
+                    Watchdog(args.time_limit, command), interrupt_deadline(command):
                 return module.run(args)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short

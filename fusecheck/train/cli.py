@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
               f"{d['losses']['compiled']:.4g} shadow {d['losses']['shadow']:.4g}; drift ratio to the band "
               f"{d['ratio']['to_band']:.3g}{'; LEFT THE BAND' if result.failed else ''}")
 
-    with reported_on_failure(error_reports), on_timeout(lambda message: error_reports(message, 3)):
+    with reported_on_failure(error_reports), on_timeout(error_reports):
         policy = Policy.load(args.policy)
         phase(f"loading the target {args.target or '(built-in transformer block)'}")
         case = load_target(args.target, seed=args.seed)

@@ -130,6 +130,36 @@ def test_a_hung_compiled_run_ends_with_exit_3_naming_the_phase(tmp_path):
     assert data["status"] == "ERROR" and data["exit_code"] == 3 and "timed out" in data["error"]
 
 
+def test_ctrl_c_ends_the_command_with_130_and_its_report_even_where_the_interrupt_is_swallowed(tmp_path):
+    """The compiled run catches KeyboardInterrupt and goes on hanging: the first Ctrl-C armed a deadline, which
+    ends the process with 130, says so in one line and leaves the --json report (phase-based: SIGINT is sent
+    once the planted hang has started)."""
+    import os
+    import signal
+    import time
+
+    out, marker = tmp_path / "r.json", tmp_path / "hanging"
+    env = {**os.environ, "FUSECHECK_TEST_HANG_MARKER": str(marker), "FUSECHECK_INTERRUPT_GRACE_S": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "fusecheck.cli.main", "check", "models/mlp.py:build", "--backend",
+                             "tests/planted/backends.py:hang_swallowing_interrupts", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for _ in range(2400):
+            if marker.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert marker.exists(), "the planted hang was never reached"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "still running 2 s after Ctrl-C" in err and "Traceback" not in err, err[-2000:]
+    data = json.loads(out.read_text())
+    assert data["status"] == "ERROR" and data["exit_code"] == 130 and "interrupted" in data["error"]
+
+
 def _gate(tmp_path, backend, *extra):
     return main(["check", "models/mlp.py:build", "--backend", backend, *extra])
 

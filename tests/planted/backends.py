@@ -228,6 +228,20 @@ def hang(gm, example_inputs):
     return run
 
 
+def hang_swallowing_interrupts(gm, example_inputs):
+    """`hang`, in code that catches every KeyboardInterrupt (a library's `except BaseException`): Ctrl-C alone
+    never reaches the command line."""
+    hung = hang(gm, example_inputs)
+
+    def run(*args):
+        while True:
+            try:
+                hung(*args)
+            except KeyboardInterrupt:
+                pass
+    return run
+
+
 def detach_outputs(gm, example_inputs):
     """Right values, but the outputs are cut from autograd: no gradient can flow back."""
     return lambda *args: [o.detach() for o in gm(*args)]
