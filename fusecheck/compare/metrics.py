@@ -14,7 +14,6 @@ for all pairs, come from one read of each chunk (a comparison core: `cores/`).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -237,31 +236,26 @@ class _Walk:
         return {k: _finalize_row(rows[o]) for k, o in zip(self.pairs, self.order)}
 
 
-def _unpack(row: list[float]) -> dict:
-    """A flat row of entries (`ACCUMULATORS` order) -> name: scalar or per-octave list."""
-    out, start = {}, 0
+def _row_layout() -> tuple[list[tuple[str, int]], list[tuple[list[str], int, int]]]:
+    """Where each accumulator lies in a flat row (`ACCUMULATORS` order): (name, index) of the scalars, (flat
+    keys, start, stop) of the per-octave vectors. Made once: a compare finalizes three rows of ~100 entries,
+    and on an accelerator this host work is part of every call's fixed cost (issue 22)."""
+    scalars, vectors, start = [], [], 0
     for name, acc in ACCUMULATORS.items():
-        out[name] = row[start] if acc.size == 1 else row[start:start + acc.size]
+        if acc.size == 1:
+            scalars.append((name, start))
+        else:
+            vectors.append((_VECTOR_KEYS[name], start, start + acc.size))
         start += acc.size
-    if out["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
-        out["bits_equal"] = -1.0
-    return out
+    return scalars, vectors
 
 
-# where each accumulator lies in a flat row, made once: a compare finalizes three rows of ~100 entries, and
-# on an accelerator this host work is part of every call's fixed cost (issue 22)
-_SCALAR_AT = []
-_VECTOR_AT = []
-for _name, _start in zip(ACCUMULATORS, itertools.accumulate([0] + [a.size for a in ACCUMULATORS.values()])):
-    if ACCUMULATORS[_name].size == 1:
-        _SCALAR_AT.append((_name, _start))
-    else:
-        _VECTOR_AT.append((_VECTOR_KEYS[_name], _start, _start + ACCUMULATORS[_name].size))
+_SCALAR_AT, _VECTOR_AT = _row_layout()
 _METRIC_FNS = [(name, fn) for name, (_, fn) in METRICS.items()]
 
 
 def _finalize_row(row: list[float]) -> Metrics:
-    """finalize(_unpack(row)) without the intermediate lists: the same values."""
+    """The metrics of one flat row of reduced entries (`ACCUMULATORS` order), as `finalize` gives them."""
     acc = {name: row[i] for name, i in _SCALAR_AT}
     if acc["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
         acc["bits_equal"] = -1.0
