@@ -50,8 +50,8 @@ def sample(rng: random.Random) -> dict:
 def put_attr(cfg, name: str, value) -> None:
     try:
         setattr(cfg, name, value)
-    except AttributeError:  # a property derived from other attributes (no setter): they set it
-        pass
+    except (AttributeError, NotImplementedError):  # a property derived from other attributes (no setter), or
+        pass                                        # one the config refuses to take alone: it keeps its own
 
 
 def set_ints(cfg, names, value) -> None:

@@ -12,7 +12,9 @@ zeroes dropout, and builds the masked LM (logits
 per token) or the sequence classifier (logits per sequence) with random weights. The inputs are token ids of the
 drawn batch and sequence (drawn above the small special ids, as the hand-written encoder families draw them) as
 the model's first forward argument, and, where the model takes one, an attention mask that pads the tail of the
-last sequence when the draw says so.
+last sequence when the draw says so. A sequence classifier's sequences end with the config's eos id, as a
+tokenizer writes them (heads that pool at the eos token need one). A config that leaves its vocabulary unset
+gets the draw's.
 
 Nothing is special-cased per model type: a type this does not reach fails to build, fails eager, or is over
 MAX_PARAMS, and the sweep reports a SKIP with the reason.
@@ -59,7 +61,9 @@ def shrunk_config(model_type: str, c: dict):
     for cfg in _configs(top):
         resize(cfg, c)
         set_ints(cfg, ("embedding_size", "embed_dim"), c["hidden"])  # as the vision shrinker sets them
-        set_ints(cfg, ("vocab_size",), c["vocab"])
+        if hasattr(cfg, "vocab_size") and (getattr(cfg, "vocab_size") is None
+                                           or type(getattr(cfg, "vocab_size")) is int):  # None: left to the user
+            put_attr(cfg, "vocab_size", c["vocab"])
         for n in (*_TOKEN_IDS, *_MORE_TOKEN_IDS):
             if isinstance(getattr(cfg, n, None), int):
                 put_attr(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))
@@ -95,12 +99,21 @@ def build(model_type: str, c: dict):
     model = cls.from_config(cfg)
     ids = torch.randint(_low_id(cfg, c["vocab"]), c["vocab"], (c["batch"], c["seq"]))
     params = list(inspect.signature(model.forward).parameters)
-    if "attention_mask" not in params[1:]:
-        return model, (ids,), (params[0],)
+    masked = "attention_mask" in params[1:]
     mask = torch.ones(c["batch"], c["seq"], dtype=torch.long)
-    if c["pad"]:  # the last sequence's tail padded, one token kept at least
+    if masked and c["pad"]:  # the last sequence's tail padded, one token kept at least
         mask[-1, c["seq"] - min(c["pad"], c["seq"] - 1):] = 0
-    return model, (ids, mask), (params[0], "attention_mask")
+    if cls.__name__ == "AutoModelForSequenceClassification":
+        _end_with_eos(cfg, ids, mask, c["vocab"])
+    return (model, (ids, mask), (params[0], "attention_mask")) if masked else (model, (ids,), (params[0],))
+
+
+def _end_with_eos(cfg, ids: torch.Tensor, mask: torch.Tensor, vocab: int) -> None:
+    """Each sequence's last kept token is the config's eos id, as a tokenizer writes it: classifier heads that
+    pool at the eos token (BART's, MT5's) need one per example. Masked LMs' ids stay as drawn."""
+    eos = getattr(cfg, "eos_token_id", None)
+    if type(eos) is int and 0 <= eos < vocab:
+        ids[torch.arange(ids.shape[0]), mask.sum(-1) - 1] = eos
 
 
 def types() -> list[str]:

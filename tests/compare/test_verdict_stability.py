@@ -5,6 +5,7 @@ Fast: the draws are pure functions of (family, seed), valid and diverse; every f
 reason; the few-element plants touch the elements they say; sharding and resume; the summary tables on a
 small synthetic JSONL. Slow: stock Inductor on issue 14's fixed tiny models (CI subset of the grid)."""
 import json
+import random
 import subprocess
 import sys
 
@@ -448,6 +449,30 @@ def test_a_held_out_encoder_draw_is_small_deterministic_and_runs_forward_and_bac
     out.float().square().mean().backward()
     assert any(p.grad is not None for p in case.model.parameters())
     torch.testing.assert_close(again.model(*again.inputs), out.detach())
+
+
+def test_a_classifier_pooling_at_eos_gets_sequences_that_end_with_it():
+    """MT5's sequence classifier pools at the eos token: every sequence ends with the config's eos id at its last
+    kept position, as a tokenizer writes it (without it eager refused the draw); it runs forward and backward."""
+    case, _, config = _drawn_twice("any:mt5", "held-out-encoder")
+    ids, mask = case.inputs
+    eos = case.model.model.config.eos_token_id
+    assert (ids[torch.arange(ids.shape[0]), mask.sum(-1) - 1] == eos).all()
+    out = case.model(*case.inputs)
+    assert out.shape == (config["batch"], config["labels"]) and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    assert any(p.grad is not None for p in case.model.parameters())
+
+
+def test_configs_that_leave_a_size_unset_or_refuse_one_still_shrink():
+    """ESM leaves its vocabulary unset (None): it gets the draw's. Funnel refuses `num_hidden_layers` alone: that
+    size stays the config's, the others shrink, and it builds under the cap."""
+    from models import any_causal_lm, any_text_encoder
+    c = any_text_encoder.sample(random.Random(0))
+    assert any_text_encoder.shrunk_config("esm", c).vocab_size == c["vocab"]
+    model, inputs, _ = any_text_encoder.build("funnel", c)
+    assert sum(p.numel() for p in model.parameters()) <= any_causal_lm.MAX_PARAMS
+    assert torch.isfinite(model(*inputs).logits).all()
 
 
 def test_held_out_seq2seq_families_are_the_encoder_decoders_no_other_family_covers():
