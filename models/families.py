@@ -1055,7 +1055,8 @@ def _forward_params(model) -> set[str]:
 def __getattr__(name: str):
     """`models/families.py:FAMILY_SEED` is a fusecheck target: the drawn model of one grid row (`t5_0`,
     `qwen2_moe_3`, `any_olmo2_3` for `any:olmo2`), so a row of the stability grid replays under `fusecheck check`
-    or `bisect` as it ran."""
+    or `bisect` as it ran, given the same `--seed` (the grid checks seed N's draw with seed N: it seeds the
+    cotangents) and, for a grid run with `--threads 1`, OMP_NUM_THREADS=1 (CPU reductions split by thread)."""
     fam, _, seed = name.rpartition("_")
     if fam.startswith("any_"):  # a held-out draw: `any_olmo2_3` is `any:olmo2`, seed 3
         fam = HELD_OUT + fam.removeprefix("any_")
