@@ -87,8 +87,8 @@ STAGES = [("fusecheck.compare", "compare"), ("fusecheck.compare.scale", "metrics
           ("fusecheck.compare.cores", "walk"), ("fusecheck.compare.cores", "walk_at_scale"),
           ("fusecheck.compare.cores.triton_core", "_partials"),
           ("fusecheck.compare.cores.triton_core", "_abs_max_partials"),
-          ("fusecheck.compare.cores.triton_core", "_assemble"), ("fusecheck.compare.metrics", "finalize"),
-          ("fusecheck.compare.metrics", "_finalize_row"), ("fusecheck.compare", "judge"),
+          ("fusecheck.compare.cores.triton_core", "_assemble"), ("fusecheck.compare.metrics", "_finalize_row"),
+          ("fusecheck.compare", "judge"),
           ("fusecheck.compare.cores.torch_core", "params"), ("fusecheck.compare.host", "to_host"),
           ("triton.runtime.jit", "JITFunction.run"), ("torch", "Tensor.tolist"), ("torch", "Tensor.sum"),
           ("torch", "Tensor.amax"), ("torch", "cat"), ("torch", "empty"), ("torch", "tensor")]

@@ -149,13 +149,6 @@ def octave_base(small_threshold: float) -> int:
     return math.frexp(small_threshold)[1] - 1 if small_threshold > 0 else -1074
 
 
-def finalize(reduced: dict) -> Metrics:
-    values = {name: float(fn(reduced)) for name, (_, fn) in METRICS.items()}
-    for name, keys in _VECTOR_KEYS.items():
-        values.update(zip(keys, map(float, reduced[name])))
-    return Metrics(values)
-
-
 def pair_metrics(actual: torch.Tensor, expected: torch.Tensor, *, ulp_dtype: torch.dtype | None = None,
                  rtol: float = 0.0, atol: float = 0.0, small_threshold: float = 2.0**-20,
                  small_atol: float | None = None, chunk_elems: int | None = None) -> Metrics:
@@ -230,8 +223,7 @@ class _Walk:
 
     def metrics(self, reduced: torch.Tensor | None) -> dict[str, Metrics]:
         if reduced is None:  # no elements
-            return {k: finalize({n: 0.0 if a.size == 1 else [0.0] * a.size for n, a in ACCUMULATORS.items()})
-                    for k in self.pairs}
+            return {k: _finalize_row([0.0] * ROW_WIDTH) for k in self.pairs}
         rows = dict(zip(self.distinct, reduced.cpu().tolist()))  # the one device->host transfer
         return {k: _finalize_row(rows[o]) for k, o in zip(self.pairs, self.order)}
 
@@ -251,11 +243,13 @@ def _row_layout() -> tuple[list[tuple[str, int]], list[tuple[list[str], int, int
 
 
 _SCALAR_AT, _VECTOR_AT = _row_layout()
+ROW_WIDTH = sum(a.size for a in ACCUMULATORS.values())
 _METRIC_FNS = [(name, fn) for name, (_, fn) in METRICS.items()]
 
 
 def _finalize_row(row: list[float]) -> Metrics:
-    """The metrics of one flat row of reduced entries (`ACCUMULATORS` order), as `finalize` gives them."""
+    """The metrics of one flat row of reduced entries (`ACCUMULATORS` order): every METRICS value, and the
+    per-octave entries as flat keys."""
     acc = {name: row[i] for name, i in _SCALAR_AT}
     if acc["bits_equal"] < 0:  # -1 per chunk: the dtypes differ
         acc["bits_equal"] = -1.0

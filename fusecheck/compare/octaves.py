@@ -91,12 +91,11 @@ def octave_max_rel(result: Metrics, reference: Metrics, *, ratio: float, rtol: f
     base = octave_base(small_threshold)
     theirs_by_octave = reference.octaves()
     worst, failure = 0.0, None
-    alpha = float(alpha)
     for i, (n, ours) in result.octaves().items():
         edge = math.ldexp(1.0, base + i) if base + i > -1074 else 5e-324
         ours, theirs = ours / edge, theirs_by_octave.get(i, (n, 0.0))[1] / edge
         allowance = ratio * max(theirs, rtol)
-        chance = _chance_ratio(min(n, MAX_EXACT_N), alpha) * max(theirs, u)  # n >= 1: a listed octave
+        chance = chance_ratio(n, alpha) * max(theirs, u)
         limit = max(allowance, chance)
         share = ours / limit if limit else (0.0 if ours == 0 else math.inf)
         if share > worst:
