@@ -15,9 +15,14 @@ from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, inp
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
 
-# checks that look at a few elements (a largest error): eager being accurate at those elements is a question
-# of how each was computed, which only the per-element noise band answers (fusecheck/check/settle.py)
-PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs")
+# checks that look at a few elements (a largest error), or count elements that each crossed a fixed line
+# (digits_lost: relative error >= 1e-3): eager being accurate at those elements is a question of how each was
+# computed, which only the per-element noise band answers (fusecheck/check/settle.py). A count is no
+# aggregate: elements that share one error source cross the line together (M2M-100, fp32 `--train`: one
+# q_proj.weight gradient row whose dq column is a softmax-backward cancellation, all 64 elements at one
+# relative error; eager 2.6e-4, compiled 9.4e-4, eight randomised eager runs 6e-6 to 2.3e-3, so eager's
+# family crosses with 0 or ~60 elements and its median count says nothing about compiled's 30)
+PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs", "digits_lost")
 
 
 def per_element_only(v: Verdict) -> bool:

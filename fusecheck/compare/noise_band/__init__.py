@@ -24,8 +24,15 @@ fails a correct compile (GPT-2/ViT configs, bf16 `--train`, 3 of 12 seeds, compi
      accumulation error -- which is what a compiled kernel with another split/tiling makes. Output rounding
      alone would miss it in fp32 (an fp32 K=4096 dot product accumulates ~45 u of error, its output rounding
      is 0.5 u). bf16/fp16 reductions accumulate in fp32 on CPU and GPU: their order moves the result far
-     less than one output ulp, so they are not permuted (the copy would cost and buy nothing). Ops with
-     fused internal reductions (convolution, SDPA, layer norm, softmax) get output rounding only.
+     less than one output ulp, so they are not permuted (the copy would cost and buy nothing). The
+     reductions are the ones whose result does not depend on the order (sum, mean, var/std and their
+     _mean forms, logsumexp, vector norms), each over its schema's `dim`.
+   * composite ops (layer/group/batch norm, softmax and log-softmax, their backwards, losses, embedding
+     backward: the non-pointwise entries of Inductor's decomposition table) run as that decomposition, in the
+     reference run and in every perturbed run, so that the roundings and reductions inside them are
+     perturbed and reassociated too: a row mean's rounding error moves a whole row alike, which no flip of
+     the output imitates, and a compiler runs exactly this decomposition, fused, in its own order.
+     Convolution and SDPA have no decomposition there and keep output rounding only.
    * discrete decisions (topk/sort/argmax/argmin/max.dim/min.dim indices, max_pool2d's argmax, relu's and
      hardtanh's masks in forward and backward, and any other op that makes integers or bools from floats or
      rounds floats to integers: casts to an index, comparisons, bucketize, floor/ceil/round/trunc) are pinned

@@ -75,7 +75,7 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
                  names: Iterable[str] | None = None, seed: int = 0, dtype: torch.dtype | None = None,
                  eager: dict[str, torch.Tensor] | None = None, pin_decisions: bool = True,
                  reassociate: bool = True, flip: float = 0.125, how: str = "ops",
-                 keep_runs: bool | None = None) -> Spread:
+                 keep_runs: bool | None = None, decompose: bool = True) -> Spread:
     """Per-element rounding-noise spread of eager: `runs` (K) extra runs of `fusecheck.runs.execute.run_once(
     model_fn, case, train=..., cotangents=..., state=...)` under `RandomRounding` (module docstring), each
     result's spread = max over the K runs of |perturbed - eager|.
@@ -90,7 +90,8 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     outputs of that dtype are perturbed (None: fp16/bf16/fp32). `how="inputs"`: perturb the floating inputs
     and parameters by their last bit instead of the ops (an alternative to compare; needs parameters small
     enough to be snapshot). `keep_runs`: keep each run's signed difference from eager in `Spread.diffs`
-    (None: when `names` is given, i.e. for the few rows a caller asked about)."""
+    (None: when `names` is given, i.e. for the few rows a caller asked about). `decompose`: composite ops run
+    as their decompositions (`RandomRounding`; False: output rounding only, for comparison)."""
     if runs < 1:
         raise ValueError("eager_spread needs at least one perturbed run")
     if how not in ("ops", "inputs"):
@@ -99,19 +100,20 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     try:
         return _spread(model_fn, case, runs=runs, train=train, cotangents=cotangents, state=state, names=names,
                        seed=seed, dtype=dtype, eager=eager, pin_decisions=pin_decisions, reassociate=reassociate,
-                       flip=flip, how=how, keep_runs=names is not None if keep_runs is None else keep_runs)
+                       flip=flip, how=how, keep_runs=names is not None if keep_runs is None else keep_runs,
+                       decompose=decompose)
     finally:
         restore_state(case, state)  # the model is left as eager left it, not as a perturbed run did
 
 
 def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtype, eager, pin_decisions,
-            reassociate, flip, how, keep_runs=False) -> Spread:
+            reassociate, flip, how, keep_runs=False, decompose=True) -> Spread:
     out = Spread(runs=runs, how=how)
     recording = None
     t0 = time.perf_counter()
     if pin_decisions and how == "ops" or eager is None:
         record = pin_decisions and how == "ops"
-        mode = RandomRounding(seed, perturb=False, record=True) if record else None
+        mode = RandomRounding(seed, perturb=False, record=True, decompose=decompose) if record else None
         with mode if mode is not None else contextlib.nullcontext():
             ref = run_once(model_fn, case, train=train, cotangents=cotangents, seed=seed, state=state)
         cotangents = ref.cotangents if cotangents is None else cotangents
@@ -120,7 +122,11 @@ def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtyp
         if eager is not None:
             base = _floating(eager, names)
             moved = [k for k in base if k in ref_results and not torch.equal(base[k], ref_results[k])]
-            if moved:
+            if moved and mode is not None and mode.decomposed_ops:
+                out.notes.append(f"{mode.decomposed_ops} call(s) of composite ops (norms, softmax, their backwards) "
+                                 "ran as Inductor's decompositions in the randomised-rounding runs, as a compiler runs "
+                                 "them: the spread, measured from eager, includes that reordering")
+            elif moved:
                 out.notes.append(f"the reference run under the mode differs from eager on {len(moved)} result(s) "
                                  f"(eager is not repeatable, or an op behaves differently under a dispatch mode)")
         else:
@@ -137,7 +143,8 @@ def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtyp
     for k in range(runs):
         run_seed = (int(seed) * 1_000_003 + (k + 1) * 7_919 + (how == "inputs")) & 0x7FFF_FFFF
         if how == "ops":
-            mode = RandomRounding(run_seed, flip=flip, reassociate=reassociate, replay=recording, dtype=dtype)
+            mode = RandomRounding(run_seed, flip=flip, reassociate=reassociate, replay=recording, dtype=dtype,
+                                  decompose=decompose)
             with mode:
                 res = run_once(model_fn, case, train=train, cotangents=cotangents, seed=seed, state=state)
             out.pinned += mode.pinned
