@@ -14,7 +14,8 @@ drawn batch and sequence (drawn above the small special ids, as the hand-written
 the model's first forward argument, and, where the model takes one, an attention mask that pads the tail of the
 last sequence when the draw says so. A sequence classifier's sequences end with the config's eos id, as a
 tokenizer writes them (heads that pool at the eos token need one). A config that leaves its vocabulary unset
-gets the draw's.
+gets the draw's; one that leaves its pad id unset gets 0, the id most vocabularies give it and one the drawn ids
+never take (ESM's embeddings compare the ids against it to number the positions).
 
 Nothing is special-cased per model type: a type this does not reach fails to build, fails eager, or is over
 MAX_PARAMS, and the sweep reports a SKIP with the reason.
@@ -64,6 +65,8 @@ def shrunk_config(model_type: str, c: dict):
         if hasattr(cfg, "vocab_size") and (getattr(cfg, "vocab_size") is None
                                            or type(getattr(cfg, "vocab_size")) is int):  # None: left to the user
             put_attr(cfg, "vocab_size", c["vocab"])
+        if hasattr(cfg, "pad_token_id") and cfg.pad_token_id is None:
+            put_attr(cfg, "pad_token_id", 0)
         for n in (*_TOKEN_IDS, *_MORE_TOKEN_IDS):
             if isinstance(getattr(cfg, n, None), int):
                 put_attr(cfg, n, min(getattr(cfg, n), c["vocab"] - 1))

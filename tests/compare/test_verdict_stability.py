@@ -465,11 +465,19 @@ def test_a_classifier_pooling_at_eos_gets_sequences_that_end_with_it():
 
 
 def test_configs_that_leave_a_size_unset_or_refuse_one_still_shrink():
-    """ESM leaves its vocabulary unset (None): it gets the draw's. Funnel refuses `num_hidden_layers` alone: that
-    size stays the config's, the others shrink, and it builds under the cap."""
+    """ESM leaves its vocabulary and its pad id unset (None): it gets the draw's vocabulary and pad id 0, below the
+    drawn ids, and builds and runs forward and backward (its embeddings number positions by comparing the ids
+    with the pad id). Funnel refuses `num_hidden_layers` alone: that size stays the config's, the others shrink,
+    and it builds under the cap."""
     from models import any_causal_lm, any_text_encoder
     c = any_text_encoder.sample(random.Random(0))
-    assert any_text_encoder.shrunk_config("esm", c).vocab_size == c["vocab"]
+    esm = any_text_encoder.shrunk_config("esm", c)
+    assert esm.vocab_size == c["vocab"] and esm.pad_token_id == 0
+    model, inputs, _ = any_text_encoder.build("esm", c)
+    assert int(inputs[0].min()) > 0
+    out = model(*inputs).logits
+    assert torch.isfinite(out).all()
+    out.float().square().mean().backward()
     model, inputs, _ = any_text_encoder.build("funnel", c)
     assert sum(p.numel() for p in model.parameters()) <= any_causal_lm.MAX_PARAMS
     assert torch.isfinite(model(*inputs).logits).all()
