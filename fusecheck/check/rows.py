@@ -21,8 +21,14 @@ from fusecheck.policy import Policy
 # aggregate: elements that share one error source cross the line together (M2M-100, fp32 `--train`: one
 # q_proj.weight gradient row whose dq column is a softmax-backward cancellation, all 64 elements at one
 # relative error; eager 2.6e-4, compiled 9.4e-4, eight randomised eager runs 6e-6 to 2.3e-3, so eager's
-# family crosses with 0 or ~60 elements and its median count says nothing about compiled's 30)
-PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs", "digits_lost")
+# family crosses with 0 or ~60 elements and its median count says nothing about compiled's 30). The mean
+# relative error is an average of those per-element ratios: where eager's family does not clear it, each
+# element's relative error is judged against its own band (M2M-100 seed 3, a decoder k_proj.weight gradient
+# whose elements all carry one attention-backward scalar's relative error: 16 eager-like runs put the mean
+# at 2.4e-6 to 1.4e-4, so a ratio of 2 to their median of 5e-5 is no evidence); RMSE, an absolute average,
+# stays with the family
+
+PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs", "digits_lost", "mean_rel")
 
 
 def per_element_only(v: Verdict) -> bool:

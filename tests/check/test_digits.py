@@ -45,10 +45,14 @@ def _row(digit_err: float, no_digit_err: float, tiny_err: float, seed: int = 0):
 
 
 def test_noise_over_noise_in_the_mean_relative_error_does_not_fail_a_correct_compile():
+    """The mean relative error is settled element by element (each element against its own band) before the
+    split is asked; either way the row passes and says which checks flagged it."""
     row, notes = _row(digit_err=1.0, no_digit_err=1.0, tiny_err=2.4)
     assert row.passed, row.verdict.message
-    assert "no significant digit at" in row.verdict.message and "mean_rel" in row.verdict.message
-    assert any("where eager has a significant digit" in n for n in notes)
+    assert "mean_rel" in row.verdict.message
+    assert ("noise band" in row.verdict.message
+            or ("no significant digit at" in row.verdict.message
+                and any("where eager has a significant digit" in n for n in notes))), row.verdict.message
 
 
 def test_worse_where_eager_has_digits_still_fails():
