@@ -239,6 +239,22 @@ def test_composite_ops_run_decomposed_so_a_row_mean_error_is_in_the_band(seed):
     assert any("decompositions" in n for n in spread.notes) is False  # decompose=False: no such note
 
 
+def test_a_decomposition_that_raises_falls_back_to_output_rounding(monkeypatch):
+    """A composite op whose decomposition fails under the mode is the tool's problem: the band is measured with
+    output rounding only, and the note says so."""
+    from fusecheck.compare.noise_band import rounding
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("this decomposition does not take these arguments")
+    monkeypatch.setattr(rounding, "composite_decompositions",
+                        lambda: {torch.ops.aten.native_layer_norm.default: broken})
+    case = _offset_layer_norm_case(0)
+    eager = run_once(case.model, case).all()
+    spread = eager_spread(case.model, case, runs=2, eager=eager)
+    assert spread["output"].shape == eager["output"].shape and float(spread["output"].max()) > 0
+    assert any("could not run as their decompositions" in n for n in spread.notes), spread.notes
+
+
 def test_eager_spread_leaves_the_process_rng_alone_and_its_reference_is_eager():
     case = _attn_case(0, torch.bfloat16)
     state = state_snapshot(case)

@@ -97,11 +97,20 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     if how not in ("ops", "inputs"):
         raise ValueError(f"how must be 'ops' or 'inputs', not {how!r}")
     state = state if state is not None else state_snapshot(case)
+    kw = dict(runs=runs, train=train, cotangents=cotangents, state=state, names=names, seed=seed, dtype=dtype,
+              eager=eager, pin_decisions=pin_decisions, reassociate=reassociate, flip=flip, how=how,
+              keep_runs=names is not None if keep_runs is None else keep_runs)
     try:
-        return _spread(model_fn, case, runs=runs, train=train, cotangents=cotangents, state=state, names=names,
-                       seed=seed, dtype=dtype, eager=eager, pin_decisions=pin_decisions, reassociate=reassociate,
-                       flip=flip, how=how, keep_runs=names is not None if keep_runs is None else keep_runs,
-                       decompose=decompose)
+        try:
+            return _spread(model_fn, case, decompose=decompose, **kw)
+        except Exception as e:  # noqa: BLE001 -- a decomposition this model's ops do not take: output rounding only
+            if not decompose or how != "ops":
+                raise
+            restore_state(case, state)
+            out = _spread(model_fn, case, decompose=False, **kw)
+            out.notes.append(f"composite ops could not run as their decompositions under the randomised rounding "
+                             f"({type(e).__name__}: {str(e)[:200]}): their outputs were rounded, not their insides")
+            return out
     finally:
         restore_state(case, state)  # the model is left as eager left it, not as a perturbed run did
 
