@@ -37,7 +37,7 @@ from fusecheck.check.signature import model_signature
 from fusecheck.check.rolled import ROLLED_NOISE_RUNS, settle_rolled
 from fusecheck.check.settle import NOISE_BAND_RUNS, settle
 from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
-from fusecheck.golden.streamed.plan import BlockPlan, make_plan
+from fusecheck.golden.streamed.plan import NO_STACK, BlockPlan, make_plan
 from fusecheck.cli.watchdog import phase
 
 
@@ -74,8 +74,7 @@ def plan_for(prepared: Case, opts: CheckOptions) -> BlockPlan | None:
     plan = make_plan(prepared.model, opts.blocks) if golden != "whole" or regional else None
     if plan is None and (golden == "streamed" or regional):
         raise TargetError(f"{'--regional' if regional else '--golden streamed'} needs blocks, and "
-                          f"{prepared.name!r} has no nn.ModuleList of two or more children: name them with "
-                          "--blocks 'GLOB'")
+                          f"{prepared.name!r} has {NO_STACK}: name them with --blocks 'GLOB'")
     return plan
 
 

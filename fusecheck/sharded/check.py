@@ -46,7 +46,7 @@ from fusecheck.sharded import shard
 from fusecheck.sharded.blocks import judge_sharded_blocks
 from fusecheck.golden.streamed.golden import StreamedGolden
 from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
-from fusecheck.golden.streamed.plan import make_plan
+from fusecheck.golden.streamed.plan import NO_STACK, make_plan
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -131,8 +131,8 @@ def _check_rank(case: Case, opts: CheckOptions, device: torch.device, progress) 
         raise TargetError("a sharded check needs an nn.Module target")
     plan = make_plan(model, opts.blocks)
     if plan is None:
-        raise TargetError(f"a sharded check shards the model per block, and {case.name!r} has no nn.ModuleList "
-                          "of two or more children: name its blocks with --blocks 'GLOB'")
+        raise TargetError(f"a sharded check shards the model per block, and {case.name!r} has {NO_STACK}: name "
+                          "its blocks with --blocks 'GLOB'")
     dtype = report_dtype(opts.dtype)
     policy = opts.policy or Policy()
     current = ["start"]

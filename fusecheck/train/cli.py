@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep the fp64 shadow (parameters and optimizer state) there, e.g. cpu")
     p.add_argument("--blocks", default=None, metavar="GLOB",
                    help="the model's blocks for the per-block drift (default: the children of its largest "
-                        "nn.ModuleList)")
+                        "layer stack: an nn.ModuleList, or an nn.Sequential / nn.ModuleDict of one class)")
     p.add_argument("--policy", default=None,
                    help="tolerance policy file, TOML or JSON (default: [tool.fusecheck] of pyproject.toml)")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE",

@@ -1,7 +1,7 @@
 """Parameters grouped per block and per kind, so a drift can be read as "layer 3" or "every LayerNorm weight".
 
 Blocks are the streamed golden's (fusecheck/golden/streamed/plan.py: the children of the model's largest
-nn.ModuleList, or `--blocks GLOB`); a parameter outside them is in "(outside blocks)". A kind is the class of
+layer stack, or `--blocks GLOB`); a parameter outside them is in "(outside blocks)". A kind is the class of
 the module that owns the parameter and the parameter's own name: `Linear.weight`, `LayerNorm.bias`.
 """
 from __future__ import annotations

@@ -117,6 +117,67 @@ def test_check_rows_and_verdicts_same_streamed_and_whole(train):
             assert b.vs_golden.values[k] == pytest.approx(v, rel=1e-9, abs=1e-300, nan_ok=True)
 
 
+class Residual(torch.nn.Module):
+    def __init__(self, hidden=12):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, hidden), torch.nn.Tanh())
+
+    def forward(self, h):
+        return h + self.inner(h)
+
+
+class SequentialStack(torch.nn.Module):
+    """timm's pattern: the blocks in an nn.Sequential (one of them held twice: called twice), an MLP-like
+    Sequential of mixed classes inside each block (not a stack)."""
+
+    def __init__(self, vocab=17):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 12)
+        shared = Residual()
+        self.blocks = torch.nn.Sequential(Residual(), shared, Residual(), shared)
+
+    def forward(self, ids):
+        return self.blocks(self.embed(ids))
+
+
+class DictStack(SequentialStack):
+    """Blocks in an nn.ModuleDict, called by key."""
+
+    def __init__(self, vocab=17):
+        super().__init__(vocab)
+        self.blocks = torch.nn.ModuleDict({"first": Residual(), "second": Residual(), "third": Residual()})
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for block in self.blocks.values():
+            h = block(h)
+        return h
+
+
+def test_a_sequential_or_dict_of_one_class_is_a_layer_stack_and_a_mixed_sequential_is_not():
+    assert [n for n, _ in make_plan(SequentialStack()).blocks] == ["blocks.0", "blocks.1", "blocks.2"]  # 3 is 1
+    assert [n for n, _ in make_plan(DictStack()).blocks] == ["blocks.first", "blocks.second", "blocks.third"]
+    mixed = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 4))
+    assert make_plan(mixed) is None
+    assert make_plan(TiedStack()).source == "children of 'layers'"  # the ModuleList, not its blocks' Sequentials
+
+
+@pytest.mark.parametrize("stack", [SequentialStack, DictStack])
+def test_sequential_and_dict_stacks_stream_the_whole_copys_golden(stack):
+    def case():
+        torch.manual_seed(0)
+        return Case(stack(), (torch.randint(0, 17, (2, 6)),), stack.__name__)
+    reports = {m: run_check(case(), backend="aot_eager", dtype="bf16", train=True, golden=m)
+               for m in ("whole", "streamed")}
+    whole, streamed = reports["whole"], reports["streamed"]
+    assert streamed.golden_mode.startswith("streamed") and [r.name for r in whole.rows] == [r.name for r in streamed.rows]
+    assert len(whole.rows) > 1
+    for a, b in zip(whole.rows, streamed.rows):
+        assert a.verdict.code == b.verdict.code
+        for k, v in a.vs_golden.values.items():
+            assert b.vs_golden.values[k] == pytest.approx(v, rel=1e-9, abs=1e-300, nan_ok=True)
+
+
 def test_auto_streams_models_with_blocks_when_memory_is_short_and_copies_the_others(monkeypatch):
     from fusecheck.golden import choose
 

@@ -1,7 +1,8 @@
 """Which submodules are blocks, and how the rest of the model is split into pieces for streaming.
 
-Blocks are the children of the model's largest `nn.ModuleList` (the layer stack of every transformers and
-timm model), or the modules a user names with a glob (`--blocks 'model.layers.*'`). Everything outside the
+Blocks are the children of the model's largest layer stack: an `nn.ModuleList` (every transformers model),
+or an `nn.Sequential` / `nn.ModuleDict` whose children all share one class (timm's ViT `blocks`, a ResNet
+stage, a user's stack called by key) -- or the modules a user names with a glob (`--blocks 'model.layers.*'`). Everything outside the
 blocks is split into *units*: the largest subtrees that contain no block (embeddings, final norm, lm_head,
 rotary tables), each upcast on its own. Modules *above* the blocks that own tensors directly (a ViT's
 cls_token on the root) cannot be entered separately, so their own tensors are upcast for the whole run.
@@ -44,9 +45,33 @@ def _owns_tensors(module: torch.nn.Module) -> bool:
     return any(t is not None for t in (*module._parameters.values(), *module._buffers.values()))
 
 
-def _largest_module_list(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
-    lists = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 2]
-    return max(lists, key=lambda nm: _numel(nm[1]), default=None)
+NO_STACK = ("no layer stack (an nn.ModuleList of two or more children, or an nn.Sequential / nn.ModuleDict of "
+            "two or more of one class)")
+
+
+def _is_stack(module: torch.nn.Module) -> bool:
+    """Two or more children of one container, called in turn: any ModuleList; a Sequential or ModuleDict only
+    when its children share one class (a Sequential of Linear, GELU, Linear is one block's MLP, not a stack)."""
+    if isinstance(module, torch.nn.ModuleList):
+        return len(module) >= 2
+    if not isinstance(module, (torch.nn.Sequential, torch.nn.ModuleDict)) or len(module) < 2:
+        return False
+    return len({type(c) for _, c in _entries(module)}) == 1
+
+
+def _entries(stack: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """(key, child) in order; a child the stack holds twice (one block called twice) is one block, under its
+    first key: a block is a module, upcast on entry however often it is entered."""
+    items = stack.items() if isinstance(stack, torch.nn.ModuleDict) else ((str(i), m) for i, m in enumerate(stack))
+    first: dict[int, tuple[str, torch.nn.Module]] = {}
+    for key, m in items:
+        first.setdefault(id(m), (key, m))
+    return list(first.values())
+
+
+def _largest_stack(model: torch.nn.Module) -> tuple[str, torch.nn.Module] | None:
+    stacks = [(n, m) for n, m in model.named_modules() if _is_stack(m)]
+    return max(stacks, key=lambda nm: _numel(nm[1]), default=None)
 
 
 def _matching(model: torch.nn.Module, pattern: str) -> list[tuple[str, torch.nn.Module]]:
@@ -66,11 +91,12 @@ def find_blocks(model: torch.nn.Module, pattern: str | None = None) -> tuple[lis
             raise TargetError(f"--blocks {pattern!r} matches no submodule; the largest are: "
                               + ", ".join(n for n, _ in biggest))
         return blocks, f"--blocks {pattern!r}"
-    found = _largest_module_list(model)
+    found = _largest_stack(model)
     if found is None:
-        return [], "no nn.ModuleList with two or more children"
-    name, mlist = found
-    return [(f"{name}.{i}" if name else str(i), m) for i, m in enumerate(mlist)], f"children of {name or 'the root'!r}"
+        return [], NO_STACK
+    name, stack = found
+    return ([(f"{name}.{key}" if name else key, m) for key, m in _entries(stack)],
+            f"children of {name or 'the root'!r}")
 
 
 def make_plan(model: torch.nn.Module, pattern: str | None = None) -> BlockPlan | None:
