@@ -396,6 +396,27 @@ def test_direct_launches_give_what_tritons_own_launch_path_gives(monkeypatch):
         assert torch.equal(direct, own) and torch.equal(first, own)
 
 
+def test_the_direct_launch_key_follows_what_triton_specialises_and_passes_addresses(monkeypatch):
+    """The key changes with a constexpr's value, a tensor's dtype and 16-byte alignment and an unspecialised
+    int's width, and with nothing else; tensors reach the launcher as their addresses; an int Triton
+    specialises itself (not do_not_specialize) gives no key (Triton's own path decides)."""
+    from types import SimpleNamespace as P
+
+    kernel = P(params=[P(is_constexpr=False, do_not_specialize=False), P(is_constexpr=False, do_not_specialize=True),
+                       P(is_constexpr=True, do_not_specialize=False)])
+    monkeypatch.setattr(triton_core, "_kinds", {})
+    x = torch.zeros(16, dtype=torch.float32)
+    key, plain = triton_core._signature(kernel, (x, 5, 32), 0)
+    assert plain == (x.data_ptr(), 5, 32)
+    assert triton_core._signature(kernel, (x[8:], 7, 32), 0)[0] == key  # another aligned view, another small int
+    others = [(x[1:], 5, 32), (x.double(), 5, 32), (x, 2 ** 40, 32), (x, 5, 64)]
+    assert all(triton_core._signature(kernel, args, 0)[0] != key for args in others)
+    assert triton_core._signature(kernel, (x, 5, 32), 1)[0] != key  # another device
+    assert triton_core._signature(kernel, (x, 5.0, 32), 0) == ((), ())  # a float where an int was unspecialised
+    specialised = P(params=[P(is_constexpr=False, do_not_specialize=False)])
+    assert triton_core._signature(specialised, (5,), 0) == ((), ())
+
+
 def test_no_program_runs_more_tiles_than_its_16_bit_counts_hold():
     for n in (1, 10**6, 2**31 + 5, 2**34):
         tiles = -(-n // triton_core.BLOCK)

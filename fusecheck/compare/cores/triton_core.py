@@ -172,25 +172,45 @@ def _ulp_safe(ints: tuple[int, int, int]) -> bool:
 # launch of these kernels (~45 arguments) on the H100's host, more than the kernels take at a million elements
 # (benchmarks/compare_overhead.py --stages). A kernel already compiled for a signature is launched directly
 # through its compiled handle; the key holds what Triton specialises these arguments on (constexpr values,
-# tensor dtypes and 16-byte alignment, the width of the unspecialised ints). Anything unexpected (another
-# Triton, the interpreter) takes Triton's own path, and keeps taking it.
+# tensor dtypes and 16-byte alignment, the width of the unspecialised ints). Tensors go to the launcher as
+# their device addresses (an int is taken as is; a tensor costs the launcher a `data_ptr()` call and a driver
+# query each, ~14 per launch). Anything unexpected (another Triton, the interpreter) takes Triton's own path,
+# and keeps taking it.
 DIRECT_ENV = "FUSECHECK_TRITON_DIRECT"  # "0": every launch through Triton's own path
 _compiled: dict = {}
 _direct = [os.environ.get(DIRECT_ENV, "1") != "0"]
+CONSTEXPR, UNSPECIALISED, SPECIALISED = 0, 1, 2
 
 
-def _signature(kernel, args: tuple, device: int) -> tuple:
-    key = [id(kernel), device]
-    for param, a in zip(kernel.params, args):
-        if param.is_constexpr:
+_kinds: dict = {}  # id(kernel) -> each parameter's kind (the kernels are module-level: they live as long)
+
+
+def _param_kinds(kernel) -> tuple[int, ...]:
+    kinds = _kinds.get(id(kernel))
+    if kinds is None:
+        kinds = _kinds[id(kernel)] = tuple(CONSTEXPR if p.is_constexpr else UNSPECIALISED if p.do_not_specialize
+                                           else SPECIALISED for p in kernel.params)
+    return kinds
+
+
+def _signature(kernel, args: tuple, device: int) -> tuple[tuple, tuple]:
+    """(the specialisation key, the arguments with tensors as addresses); an empty key where an argument is
+    one Triton specialises otherwise (its own path then decides)."""
+    key, plain = [id(kernel), device], []
+    for kind, a in zip(_param_kinds(kernel), args):
+        if kind == CONSTEXPR:
             key.append(a)
+            plain.append(a)
         elif isinstance(a, torch.Tensor):
-            key.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif isinstance(a, bool) or not isinstance(a, int) or not param.do_not_specialize:
-            return ()  # an argument Triton specialises otherwise: its own path decides
-        else:
+            ptr = a.data_ptr()
+            key.append((a.dtype, ptr % 16 == 0))
+            plain.append(ptr)
+        elif kind == UNSPECIALISED and type(a) is int:
             key.append(-2 ** 31 <= a < 2 ** 31)
-    return tuple(key)
+            plain.append(a)
+        else:
+            return (), ()
+    return tuple(key), tuple(plain)
 
 
 def launch(kernel, grid: int, args: tuple, options: dict) -> None:
@@ -201,7 +221,8 @@ def launch(kernel, grid: int, args: tuple, options: dict) -> None:
         kernel[(grid,)](*args, **options)
         return
     device = torch.cuda.current_device()
-    key = _signature(kernel, args, device) + tuple(sorted(options.items()))
+    key, plain = _signature(kernel, args, device)
+    key += tuple(sorted(options.items()))
     compiled = _compiled.get(key)
     if compiled is None:  # Triton's own path compiles (a compile error is the caller's, as before)
         compiled = kernel[(grid,)](*args, **options)
@@ -209,21 +230,18 @@ def launch(kernel, grid: int, args: tuple, options: dict) -> None:
             _compiled[key] = compiled
         return
     try:
-        run = compiled.run
+        from triton import knobs
+
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         stream = torch._C._cuda_getCurrentRawStream(device)
-        run(grid, 1, 1, stream, compiled.function, compiled.packed_metadata,
-            compiled.launch_metadata((grid, 1, 1), stream, *args), *_hooks(), *args)
+        # the hooks (a profiler's) see the tensors, as on Triton's own path
+        meta = None if enter is None else compiled.launch_metadata((grid, 1, 1), stream, *args)
+        compiled.run(grid, 1, 1, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *plain)
     except Exception as e:  # noqa: BLE001 - whatever the internals changed: Triton's own path from now on
         _direct[0] = False
         warnings.warn(f"fusecheck: direct Triton launch unavailable ({type(e).__name__}: {e}); using Triton's "
                       "launch path")
         kernel[(grid,)](*args, **options)
-
-
-def _hooks() -> tuple:
-    from triton import knobs
-
-    return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
 
 
 class _Layout:
