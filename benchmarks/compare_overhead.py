@@ -224,8 +224,8 @@ def main() -> None:
             profile = buf.getvalue()
     text = "\n".join(lines)
     if args.profile:
-        text += f"\n\ncProfile of {args.repeat} compare() calls at {args.profile} elements (by own time, then cumulative):\n\n```\n" \
-                + "\n".join(profile.strip().splitlines()) + "\n```"
+        text += (f"\n\ncProfile of {args.repeat} compare() calls at {args.profile} elements (by own time, then "
+                 f"cumulative):\n\n```\n" + "\n".join(profile.strip().splitlines()) + "\n```")
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -2,10 +2,11 @@
 
 Blocks are the children of the model's largest layer stack: an `nn.ModuleList` (every transformers model),
 or an `nn.Sequential` / `nn.ModuleDict` whose children all share one class (timm's ViT `blocks`, a ResNet
-stage, a user's stack called by key) -- or the modules a user names with a glob (`--blocks 'model.layers.*'`). Everything outside the
-blocks is split into *units*: the largest subtrees that contain no block (embeddings, final norm, lm_head,
-rotary tables), each upcast on its own. Modules *above* the blocks that own tensors directly (a ViT's
-cls_token on the root) cannot be entered separately, so their own tensors are upcast for the whole run.
+stage, a user's stack called by key) -- or the modules a user names with a glob (`--blocks 'model.layers.*'`).
+Everything outside the blocks is split into *units*: the largest subtrees that contain no block (embeddings,
+final norm, lm_head, rotary tables), each upcast on its own. Modules *above* the blocks that own tensors
+directly (a ViT's cls_token on the root) cannot be entered separately, so their own tensors are upcast for
+the whole run.
 """
 from __future__ import annotations
 
