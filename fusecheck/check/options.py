@@ -23,9 +23,9 @@ MIN_CALLS = 4
 class CheckOptions:
     """`backend`: a registered name, FILE.py:NAME or a dynamo backend callable. `dtype`: a name (fp32,
     bf16...), a torch.dtype or None (the model's own). `golden`: auto / streamed / whole. `blocks`: a glob of
-    block names (default: the children of the largest layer stack, plan.find_blocks). `regional`: compile each block on its
-    own. `golden_device`: where the golden computes (default: `device`). `tf32`: keep the process's TF32
-    flags on CUDA (by default fp32 runs without TF32)."""
+    block names (default: the children of the largest layer stack, plan.find_blocks). `regional`: compile
+    each block on its own. `golden_device`: where the golden computes (default: `device`). `tf32`: keep the
+    process's TF32 flags on CUDA (by default fp32 runs without TF32)."""
 
     backend: Any = "inductor"
     dtype: Any = None

@@ -85,7 +85,8 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
                         "(for a model with blocks) stream it block by block; streamed/whole force one")
     p.add_argument("--blocks", default=None, metavar="GLOB",
                    help="the model's blocks, as a glob of module names (e.g. 'model.layers.*'); "
-                        "default: the children of its largest layer stack: an nn.ModuleList, or an nn.Sequential / nn.ModuleDict of one class")
+                        "default: the children of its largest layer stack: an nn.ModuleList, or an "
+                        "nn.Sequential / nn.ModuleDict of one class")
     p.add_argument("--regional", action="store_true",
                    help="compile each block on its own (regional compilation): per-block verdicts then judge "
                         "compiled blocks too")
