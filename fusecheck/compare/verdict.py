@@ -286,6 +286,9 @@ def _golden_checks(vs_golden: Metrics, reference_vs_golden: Metrics, ctx: Judged
     return margins, failed
 
 
+TOLERANCE_DECIDED = "PASS within tolerance"  # what a PASS says when the tolerance, not the golden, decided it
+
+
 def tolerance_pass_note(vs_golden: Metrics | None, reference_vs_golden: Metrics | None, failed: list[str],
                         ratios: Ratios) -> str:
     """A PASS by tolerance says so when its error against the golden is well above eager's: the shortcut
@@ -296,5 +299,5 @@ def tolerance_pass_note(vs_golden: Metrics | None, reference_vs_golden: Metrics 
     factor = ours / theirs if theirs else (math.inf if ours else 0.0)
     if not failed and factor <= ratios.note_rmse:
         return ""
-    text = f"; PASS within tolerance; compiled RMSE {factor:.3g}x eager's against the golden"
+    text = f"; {TOLERANCE_DECIDED}; compiled RMSE {factor:.3g}x eager's against the golden"
     return text + (f" (the golden checks alone would fail: {'; '.join(failed)})" if failed else "")

@@ -126,7 +126,9 @@ def output_contract(f: Facts) -> Finding | None:
 
 
 def rank_subset(f: Facts) -> Finding | None:
-    """Whole kernel fails on some ranks but passes on others, compute alone is fine: layout / rank order."""
+    """Whole kernel fails on some ranks but passes on others, compute alone is fine: layout / rank order; in
+    the communication when layer 1 fails too, else in the fused path itself (its own layout or rank-specific
+    code: layer 1's exact tags cleared the communication)."""
     runs = f.whole.ranks_per_failed_run
     if (f.whole.failed and not _fails_on_ordinary_inputs(f.compute) and not _contract_only(f.whole) and runs
             and all(0 < len(r) < f.world for r in runs)):
@@ -135,8 +137,14 @@ def rank_subset(f: Facts) -> Finding | None:
         else:
             where = ("whole fails on only some ranks in every failing run (rank sets "
                      + ", ".join(str(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "") + ")")
-        return Finding("layout / rank order (rank-dependent)", "communication",
-                       f"{where}; {_verdicts(f)}{_shape_split(f.whole)}")
+        if f.comm.failed:
+            return Finding("layout / rank order (rank-dependent)", "communication",
+                           f"{where}; {_verdicts(f)}{_shape_split(f.whole)}")
+        replayed = len(f.whole.reproducible_runs) == f.whole.failed_runs
+        return Finding("layout / rank order (rank-dependent) of the fused path, or rank-specific code in it (layer 1 "
+                       "cleared the communication)", "layer 3 (whole)",
+                       f"{where}; {_verdicts(f)}" + ("; every failing run gave the same bits when replayed"
+                                                     if replayed else "") + _shape_split(f.whole))
     return None
 
 

@@ -301,13 +301,14 @@ def compute_layer(ctx: RunContext, variant: str | None = None) -> dict:
     if bad is not None:
         return _result(ctx, "compute", bad, variant=variant or "finite")
     cmp = compare(got, eager, gold, policy=ctx.policy, name=name, nonfinite_probe=probe)
-    if reference.needs_noise(cmp):   # eager's order may just be luckier than the kernel's: its own noise
-        magnitude = bool(variant and variant.startswith("magnitude:"))
+    magnitude = bool(variant and variant.startswith("magnitude:"))
+    if reference.needs_noise(cmp, magnitude):   # eager's order may just be luckier than the kernel's: its own noise
         reruns = []
         for label, mode in reference.compositions(delivered.dtype, magnitude):
             with mode:
                 reruns.append((label, eager_fn(delivered.clone(), _clone(inputs))))
-        cmp = reference.rejudge(got, eager, gold, reruns, ctx.policy, name, cmp, nonfinite_probe=probe)
+        cmp = reference.rejudge(got, eager, gold, reruns, ctx.policy, name, cmp, magnitude=magnitude,
+                                 nonfinite_probe=probe)
     return _result(ctx, "compute", cmp, variant=variant or "finite")
 
 

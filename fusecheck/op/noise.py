@@ -32,7 +32,7 @@ def settle(rows: list[Comparison], fused: dict, eager: dict, golden: dict, *, re
            nonfinite_probe: bool) -> list[Comparison]:
     """`rows` with each ratio-check failure re-judged against the composition's noise; `rerun(mode)` runs
     the reference under a dispatch mode and returns its results by name. Nothing runs when no row doubts."""
-    doubtful = [i for i, r in enumerate(rows) if needs_noise(r)]
+    doubtful = [i for i, r in enumerate(rows) if needs_noise(r, magnitude)]
     if not doubtful:
         return rows
     view = seen or (lambda t: t)
@@ -45,5 +45,5 @@ def settle(rows: list[Comparison], fused: dict, eager: dict, golden: dict, *, re
         name = rows[i].name[len(prefix):]
         ys = [(label, view(r[name])) for label, r in reruns if isinstance(r.get(name), torch.Tensor)]
         out[i] = rejudge(view(fused[name]), view(eager[name]), view(golden[name]), ys, policy, rows[i].name,
-                         rows[i], nonfinite_probe=nonfinite_probe)
+                         rows[i], magnitude=magnitude, nonfinite_probe=nonfinite_probe)
     return out

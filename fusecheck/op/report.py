@@ -13,7 +13,7 @@ from typing import Any
 from fusecheck.compare import Comparison, Status
 from fusecheck.policy import Policy
 from fusecheck.rates import BOUND_NAME, Rate, unit_text, verdict_line
-from fusecheck.report.table import _wrap, format_rows, legend, nonfinite_notes, render_table
+from fusecheck.report.table import _wrap, format_rows, legend, nonfinite_notes, render_table, tolerance_notes
 
 
 def shape_text(shape: dict) -> str:
@@ -140,7 +140,8 @@ def format_op_report(report: OpReport, verbose: bool = False) -> str:
     for r in shown:
         if not r.passed:
             lines += _wrap(f"{r.verdict.status.value} {r.name}: {r.verdict.message}")
-    lines += [x for n in nonfinite_notes(shown if verbose else report.rows) for x in _wrap(f"note: {n}")]
+    judged = shown if verbose else report.rows
+    lines += [x for n in nonfinite_notes(judged) + tolerance_notes(judged) for x in _wrap(f"note: {n}")]
     rows = shown
     notes: dict[str, int] = {}
     for r in rows:

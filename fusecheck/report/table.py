@@ -14,6 +14,7 @@ import textwrap
 from tabulate import tabulate
 
 from fusecheck import dtypes
+from fusecheck.compare.verdict import TOLERANCE_DECIDED
 from fusecheck.report.kinds import by_kind
 
 WIDTH = 120
@@ -258,6 +259,16 @@ def nonfinite_notes(rows: list) -> list[str]:
     return out
 
 
+def tolerance_notes(rows: list, shown: int = 5) -> list[str]:
+    """A PASS by the policy's tolerance at an error well above eager's (or one the golden checks alone would
+    fail) is the policy's relaxation deciding: printed, never only in the JSON (a 3-bit loss in fp32 is within
+    rtol 1e-5). The first `shown`, then how many more."""
+    out = [f"{r.name}: {r.verdict.message}" for r in rows
+           if r.passed and r.verdict.code == "within_tolerance" and TOLERANCE_DECIDED in r.verdict.message]
+    more = len(out) - shown
+    return out if more <= 0 else out[:shown] + [f"{more} more row(s) passed by the tolerance alone; --json has each"]
+
+
 def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_long_words=True, break_on_hyphens=False) or [indent]
@@ -301,7 +312,7 @@ def format_report(report, verbose: bool = False) -> str:
     for r in report.rows:
         if not r.passed:
             lines += _wrap(f"{r.verdict.status.value} {r.name}: {r.verdict.message}")
-    lines += [x for n in nonfinite_notes(report.rows) for x in _wrap(f"note: {n}")]
+    lines += [x for n in nonfinite_notes(report.rows) + tolerance_notes(report.rows) for x in _wrap(f"note: {n}")]
     lines += format_blocks(report)
     row_notes: dict[str, list[str]] = {}
     for r in report.rows:

@@ -239,3 +239,16 @@ def test_livelock_that_keeps_calling_collectives_is_a_hang():
     assert rep.status == "HANG" and rep.outcome.ranks == [0, 1], render(rep)
     assert "livelock" in rep.outcome.detail and "shape 0 repeat 0 whole" in rep.outcome.detail
     assert elapsed < 3.0 + 5
+
+
+def test_a_rank_dependent_failure_with_layer_1_passing_is_placed_in_the_fused_path_not_the_communication():
+    def s(name, status, **kw):
+        return LayerSummary(name, status, runs=2, failed_runs=2 if status == "FAIL" else 0, **kw)
+    whole = s("whole", "FAIL", ranks_per_failed_run=[[1], [1]], failing_ranks=[1], codes={"fail": 2},
+              reproducible_runs=[[0, 0], [0, 1]])
+    quiet = diagnose(Facts(s("comm", "PASS"), s("compute", "PASS"), whole, {"status": "PASS"}, "ok", [], "", 2))
+    assert quiet.findings[0].layer == "layer 3 (whole)" and "fused path" in quiet.cause, quiet
+    assert "same bits when replayed" in quiet.findings[0].evidence
+    comm = s("comm", "FAIL", classes={"misrouted": 4}, codes={"fail": 2})
+    loud = diagnose(Facts(comm, s("compute", "PASS"), whole, {"status": "PASS"}, "ok", [], "", 2))
+    assert loud.findings[0].layer == "communication", loud

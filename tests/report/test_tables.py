@@ -193,3 +193,20 @@ def test_wrap_cell_keeps_every_character():
                         ("x" * 50, 7), ("a.b", 1)]:
         lines = wrap_cell(name, width).split("\n")
         assert "".join(lines) == name and max(map(len, lines)) <= width
+
+
+def test_a_pass_the_tolerance_alone_decided_is_printed_and_a_plain_pass_is_not():
+    """fp32, 3 low bits cleared: within rtol 1e-5 of eager, several times eager's RMSE against the golden."""
+    from fusecheck.compare import compare
+    from fusecheck.report.table import tolerance_notes
+    gen = torch.Generator().manual_seed(0)
+    golden = torch.randn(4096, dtype=torch.float64, generator=gen)
+    eager = golden.float()
+    truncated = (eager.view(torch.int32) & ~0x7).view(torch.float32)
+    lossy = compare(truncated, eager, golden, name="lossy")
+    same = compare(eager.clone(), eager, golden, name="plain")
+    assert lossy.passed and lossy.verdict.code == "within_tolerance"
+    notes = tolerance_notes([lossy, same])
+    assert len(notes) == 1 and notes[0].startswith("lossy: ") and "compiled RMSE" in notes[0], notes
+    many = tolerance_notes([lossy] * 7)
+    assert len(many) == 6 and many[-1].startswith("2 more row(s)"), many
