@@ -49,3 +49,9 @@ def test_the_import_graph_sees_imports_inside_functions():
     graph = import_graph()
     assert graph.has_edge("fusecheck.cli.dist", "fusecheck.distributed.cli")  # `run` imports it lazily
     assert graph.has_edge("fusecheck.compare.metrics", "fusecheck.compare.cores")
+
+
+def test_the_case_a_builder_returns_is_importable_from_the_package():
+    from fusecheck import Case
+    from fusecheck.case import Case as Defined
+    assert Case is Defined
