@@ -25,6 +25,7 @@ CODE_PHRASES: dict[str, str] = {
     "within_tolerance": "compiled is within the policy's rtol/atol of eager",
     "not_worse_than_eager": "compiled differs from eager, but its error against the golden is not worse than eager's",
     "nonfinite_positions_match": "NaN/Inf at the same places as eager and golden; the finite rest passes",
+    "beyond_range": "a magnitude probe the unfused chain itself cannot hold in its dtype: not judged",
     "worse_than_eager": "compiled's error against the golden is more than the allowed ratio times eager's",
     "outside_tolerance": "outside the tolerance of eager, and no golden to decide (not a floating output)",
     "follows_float_ties": "an integer/bool made from floats: eager differs from the golden too, compiled not more",
