@@ -128,11 +128,13 @@ def _sequential(func, args, kwargs):
 def _signed_terms(func, args, kwargs) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(sum of the positive terms, sum of the negative terms' magnitudes) of each output element of a matmul
     or sum that `_sequential` rewrites, in fp64; None for any other op."""
-    if not args or not isinstance(args[0], torch.Tensor):
-        return None
     packet = getattr(func, "overloadpacket", None)
+    matmul = packet in (aten.mm, aten.bmm, aten.addmm, aten.baddbmm)
+    reduction = packet in (aten.sum, aten.mean) and set(kwargs) <= {"dtype", "dim", "keepdim"}
+    if not (matmul or reduction) or not args or not isinstance(args[0], torch.Tensor):
+        return None  # before any fp64 copy: the mode sees every op of the chain
     d = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
-    if packet in (aten.mm, aten.bmm, aten.addmm, aten.baddbmm):
+    if matmul:
         a, b = (d[1], d[2]) if packet in (aten.addmm, aten.baddbmm) else (d[0], d[1])
         a = a * kwargs.get("alpha", 1)
         pos = a.clamp(min=0) @ b.clamp(min=0) + a.clamp(max=0) @ b.clamp(max=0)
@@ -141,12 +143,10 @@ def _signed_terms(func, args, kwargs) -> tuple[torch.Tensor, torch.Tensor] | Non
             init = d[0] * kwargs.get("beta", 1)
             pos, neg = pos + init.clamp(min=0), neg - init.clamp(max=0)
         return pos, neg
-    if packet in (aten.sum, aten.mean) and set(kwargs) <= {"dtype", "dim", "keepdim"}:
-        x, dims, keepdim, _ = _reduce_args(d, kwargs)
-        if func._overloadname == "default" or dims is None or (isinstance(dims, (list, tuple)) and not dims):
-            dims, keepdim = list(range(x.dim())), False
-        return x.clamp(min=0).sum(dims, keepdim=keepdim), -x.clamp(max=0).sum(dims, keepdim=keepdim)
-    return None
+    x, dims, keepdim, _ = _reduce_args(d, kwargs)
+    if func._overloadname == "default" or dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        dims, keepdim = list(range(x.dim())), False
+    return x.clamp(min=0).sum(dims, keepdim=keepdim), -x.clamp(max=0).sum(dims, keepdim=keepdim)
 
 
 def _range_of_orders(func, args, kwargs, out):
@@ -296,10 +296,10 @@ def _order_dependent_overflow(got, eager, gold, reruns, policy, name: str, first
 
     def aside(t):
         return torch.where(risky.to(t.device), torch.full((), float("nan"), dtype=t.dtype, device=t.device), t)
-    kept = [(label, aside(y)) for label, y in reruns]
-    cmp = compare(aside(got), aside(eager), aside(gold), policy=policy, name=name, **kw)
+    got, eager, gold = aside(got), aside(eager), aside(gold)
+    cmp = compare(got, eager, gold, policy=policy, name=name, **kw)
     if needs_noise(cmp):
-        cmp = rejudge(aside(got), aside(eager), aside(gold), kept, policy, name, cmp, **kw)
+        cmp = rejudge(got, eager, gold, [(label, aside(y)) for label, y in reruns], policy, name, cmp, **kw)
     cmp.notes.append(f"{k} element(s) set aside: the fp64 golden is finite there and the unfused chain overflows "
                      f"in at least one valid order ({labels}); the kernel's NaN/Inf all lie among them")
     return cmp
