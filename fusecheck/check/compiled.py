@@ -19,6 +19,7 @@ from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.options import MIN_CALLS
 from fusecheck.check.pipeline import Pipeline
 from fusecheck.check.rolled import RolledScreen, RolledStats, ignoring_inputs
+from fusecheck.check.rolled_choices import RolledChoices, judge_kept, recorded
 from fusecheck.golden.choices.follow import Recorder
 from fusecheck.golden.choices.ops import SELECTING_TAPS
 from fusecheck.golden.choices.tap import decision_nodes
@@ -165,13 +166,24 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         park(run, p.device)
         return run.all(keys)
     try:
-        screen = _rolled_screen(p, capture.graphs[:graphs])
+        screen = _rolled_screen(p, capture, capture.graphs[:graphs])
         # eager first where the rolled call is screened against it; else only if some result did not move
-        eager_rolled = eager_call() if p.agree(screen.screens) else None
+        eager_rolled = None
+        if p.agree(screen.follows):  # its choices too, to be set against compiled's (check/rolled_choices.py)
+            eager_rolled, eager_choices = recorded(eager_call)
+            if screen.follows:
+                screen.choices = RolledChoices(eager_choices, capture.decisions, len(capture.decisions))
+        elif p.agree(screen.screens):
+            eager_rolled = eager_call()
         screen.eager = (eager_rolled or {}) if screen.screens else {}  # a peer may screen where this rank does not
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
         rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
         screen.drop(rolled.lost)
+        if p.agree(bool(screen.kept)):
+            theirs = screen.choices.theirs() if screen.choices is not None else []
+            screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
+                                           seed=p.opts.seed, notes=p.notes))
+            screen.kept.clear()
         unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
@@ -191,19 +203,22 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
 
 
-def _rolled_screen(p: Pipeline, graphs) -> RolledScreen:
-    """What the rolled call is judged on. A decision at a near-tie has no golden to follow on those inputs: a
-    selection (topk routing, sort, argmax) moves whole output rows, so nothing is screened; the others (relu,
-    max-pool, clipping) are continuous in their forward value and move gradients only, so only gradients are
-    left out. Said in a note."""
+def _rolled_screen(p: Pipeline, capture: GraphCapture, graphs) -> RolledScreen:
+    """What the rolled call is judged on. A selection (topk routing, sort, argmax) moves whole output rows at a
+    near-tie; the other decisions (relu, max-pool, clipping) are continuous in their forward value and move
+    gradients only, so they matter with --train. Where compiled's choices are read from its taps, eager follows
+    them (check/rolled_choices.py) and everything is screened. A user backend has no taps: there a selection
+    leaves the bits only, a mask the outputs only. Said in a note."""
     selects = [n for g in graphs for n in decision_nodes(g.gm, SELECTING_TAPS)]
     routes = [n for g in graphs for n in decision_nodes(g.gm)] if p.opts.train else []
     if not (selects or routes):
         return RolledScreen()
+    if capture.decisions is not None:
+        return RolledScreen(follows=True)
     what = "is judged by its bits only (stale or ignored inputs)" if selects else "is judged on its outputs only"
     p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) {what}, not against eager's call: "
-                   f"the model takes discrete decisions ({', '.join((selects or routes)[:3])}) whose near-ties have no "
-                   f"golden to follow on those inputs")
+                   f"the model takes discrete decisions ({', '.join((selects or routes)[:3])}) and a user backend's "
+                   f"graph has no taps to read compiled's choices from")
     return RolledScreen(gradients=False, screens=not selects)
 
 

@@ -13,9 +13,9 @@ the golden there. Two guards keep a correct compile quiet: the bound is at least
 compiled-eager distance (rmse(c1 - e1): the same kernels on the same values), and the elements beyond the
 bound must be more than R x as many as on the first call, beyond chance (the Poisson test of the count checks;
 counted on power-of-two bins, the same way for both calls), so that a few near-tie flips (a relu at 0), whose
-O(1) differences alone can lift an RMSE, never fail a row. A model with discrete decisions is screened less
-(compiled.py `_rolled_screen`): bf16 ties are common, and a selection (routing) moves whole rows, a relu or
-max-pool tie moves gradients, each with no golden to follow.
+O(1) differences alone can lift an RMSE, never fail a row. A model with discrete decisions is judged against
+an eager run that takes compiled's choices at its near-ties wherever the two calls chose differently
+(check/rolled_choices.py): a selection (routing) moves whole rows, a relu or max-pool tie moves gradients.
 Eager's error on the rolled inputs is an estimate: a gradient with heavier cancellation there is noisier in eager
 too (measured: a differential-attention lambda gradient, 32 elements, bf16 on the H100, 10x the first call's
 distance). So a FAIL is settled like the golden checks' doubts: eager is run a few times under randomised
@@ -87,15 +87,23 @@ def beyond(hist: torch.Tensor, bound: float) -> int:
 class RolledScreen:
     """Each compiled result of the rolled call against eager's on the same inputs, as it arrives."""
 
-    def __init__(self, eager: dict[str, torch.Tensor] | None = None, gradients: bool = True, screens: bool = True):
-        # `screens`: False where nothing is screened (eager's call is then needed only for `ignoring_inputs`)
-        self.eager, self.gradients, self.screens = eager or {}, gradients, screens
+    def __init__(self, eager: dict[str, torch.Tensor] | None = None, gradients: bool = True, screens: bool = True,
+                 follows: bool = False):
+        # `screens`: False where nothing is screened (eager's call is then needed only for `ignoring_inputs`);
+        # `follows`: the model decides, and where compiled's choices differ from eager's on the rolled inputs
+        # its results wait in `kept` for an eager run that follows them (check/rolled_choices.py)
+        self.eager, self.gradients, self.screens, self.follows = eager or {}, gradients, screens, follows
         self.stats: dict[str, RolledStats] = {}
+        self.choices = None  # rolled_choices.RolledChoices, set before the rolled call where `follows`
+        self.kept: dict[str, torch.Tensor] = {}
 
     def add(self, name: str, t: torch.Tensor) -> None:
         e = self.eager.get(name) if self.gradients or not name.startswith("grad.") else None
         if not (isinstance(e, torch.Tensor) and isinstance(t, torch.Tensor)) or e.shape != t.shape \
                 or e.dtype != t.dtype or not t.is_floating_point() or t.numel() == 0:
+            return
+        if self.choices is not None and self.choices.differ():
+            self.kept[name] = t.detach().to("cpu", copy=True)
             return
         self.stats[name] = distance(t, e)
 
@@ -103,6 +111,7 @@ class RolledScreen:
         """Results the run could not hand over whole (a gradient accumulated twice): no statistic."""
         for n in names:
             self.stats.pop(n, None)
+            self.kept.pop(n, None)
 
 
 def rolled_doubt(row: Comparison, stats: RolledStats, c1: torch.Tensor, e1: torch.Tensor,

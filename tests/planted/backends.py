@@ -108,6 +108,11 @@ drop_upcast = _backend(_DropUpcast)           # a dropped fp32 upcast around a r
 two_level_mean = _backend(_TwoLevelMean)     # benign: means summed in another order, same dtype
 
 
+def unchanged(gm, example_inputs):
+    """Correct: a user backend that runs the captured graph as it is (no decision taps: it is not registered)."""
+    return gm
+
+
 def inject_nan(gm, example_inputs):
     def run(*args):
         out = gm(*args)

@@ -567,3 +567,38 @@ def cancels_when_rolled():
     x = torch.randn(256, 16, generator=gen)
     x[:, 0], x[:, 2] = 3e4, -3e4
     return (CancelsWhenRolled(), (x,))
+
+
+
+class RoutedDense(nn.Module):
+    """Each row keeps its two largest features, then mixes them back into every feature (a router and its
+    expert's output projection): every output element depends on the choice. `split`: a graph break between
+    the projection and the top-k, so that the second graph decides on the first graph's output and a wrong
+    first graph moves compiled's choices beyond any near-tie."""
+
+    def __init__(self, split: bool = False):
+        super().__init__()
+        self.proj, self.out, self.split = nn.Linear(32, 32), nn.Linear(32, 32), split
+
+    def forward(self, x):
+        h = self.proj(x)
+        if self.split:
+            torch._dynamo.graph_break()
+        vals, idx = h.topk(2, dim=-1)
+        return self.out(torch.zeros_like(h).scatter(-1, idx, vals))
+
+
+def routed_dense():
+    torch.manual_seed(0)
+    return (RoutedDense(), torch.randn(16, 32))
+
+
+def routed_after_break():
+    torch.manual_seed(0)
+    return (RoutedDense(split=True), torch.randn(16, 32))
+
+
+def routed_dense_tall():
+    """512 rows: in bf16 some rows' second and third features are tied within rounding."""
+    torch.manual_seed(0)
+    return (RoutedDense(), torch.randn(512, 32))

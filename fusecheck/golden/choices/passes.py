@@ -18,7 +18,8 @@ from fusecheck.golden.choices.follow import Call, Followed, Follower
 Sink = Callable[[str, torch.Tensor], None]
 
 
-def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+def same_choices(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    """Two runs made the same choice at every decision."""
     return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y.to(x.device)) for x, y in zip(a, b))
 
 
@@ -29,7 +30,7 @@ def golden_passes(eager: list[Call], compiled: list[torch.Tensor], judge,
         yield _NoDecisions(), judge.judge  # no dispatch mode: the golden runs as fast as before
         return
     eager_choices = [c.choice for c in eager]
-    if _same(eager_choices, compiled):
+    if same_choices(eager_choices, compiled):
         yield Follower("compiled (as eager)", eager_choices, eager, tie), judge.judge
         return
     first = Follower("eager", eager_choices, eager, tie)

@@ -1,0 +1,125 @@
+"""The rolled call of a model that decides (top-k routing, sort, argmax; with --train also relu, clipping and
+max-pool masks), judged against eager on the same inputs with eager taking compiled's choices at near-ties.
+
+Why: on the rolled inputs there is no golden, and a near-tie that compiled resolves one way and eager the
+other moves a routed row (or a relu's gradient) by O(1). Comparing the two as they are would fail a correct
+compile; judging only their bits let a race on that call pass. So:
+1. eager's rolled run records its choices (`Recorder`); the compiled call's are read from its taps;
+2. where they are the same everywhere (the common case), every result is screened as it arrives
+   (check/rolled.py), as for a model without decisions;
+3. where they differ, the compiled results wait on the host, and eager runs again following compiled's
+   choices at near-tied rows (`Follower`, as the golden follows them on the first inputs). A row is near-tied
+   where eager's two values differ by at most `sides x decision_tie x E`, E being eager's largest error at
+   that decision's input. With no golden there, E is measured by a few eager runs under randomised rounding
+   with every decision pinned to eager's own choice (so E is rounding noise, never a routing change): the
+   largest difference between their decision inputs and eager's. Not divided by the randomised runs' factor
+   over eager's own error (sqrt 2 to sqrt 3): a larger E follows more ties, and a value wrong downstream of a
+   followed choice is still in the screened results. A choice beyond it stays eager's: an O(1) difference
+   that the screen counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from fusecheck.check.rolled import CALL, RolledStats, distance
+from fusecheck.compare.noise_band.rounding import RandomRounding
+from fusecheck.golden.choices.follow import Call, Follower, Recorder
+from fusecheck.golden.choices.passes import same_choices
+
+NOISE_RUNS = 2  # randomised-rounding eager runs that measure E, only where the choices differ
+
+
+@dataclass
+class RolledChoices:
+    """Eager's and compiled's choices on the rolled inputs: `compiled` is the capture's live list of tapped
+    choices, of which the rolled call's start at `mark`."""
+    eager: list[torch.Tensor]
+    compiled: list[torch.Tensor]
+    mark: int
+    _differ: bool | None = field(default=None, repr=False)
+
+    def differ(self) -> bool:
+        """Read once, at the rolled call's first result (its forward, with every tap, has run by then)."""
+        if self._differ is None:
+            self._differ = not same_choices(self.eager, self.compiled[self.mark:])
+        return self._differ
+
+    def theirs(self) -> list[torch.Tensor]:
+        return list(self.compiled[self.mark:])
+
+
+def recorded(run: Callable[[], dict]) -> tuple[dict, list[torch.Tensor]]:
+    """Eager's rolled results and its choices at each decision, in call order."""
+    rec = Recorder()
+    with rec:
+        out = run()
+    return out, [c.choice for c in rec.calls]
+
+
+def decision_noise(run: Callable[[], dict], seed: int, runs: int = NOISE_RUNS) -> tuple[list[Call], dict[int, float]] | None:
+    """Eager's decisions on the rolled inputs (inputs and choices) and E per decision: the largest |input of a
+    randomised-rounding run - eager's input| over `runs` runs, every decision pinned to eager's choice.
+    None where the runs cannot be lined up with eager's (a decision more or less)."""
+    ref_mode, ref = RandomRounding(seed, perturb=False, record=True, decompose=False), Recorder()
+    with ref_mode, ref:
+        run()
+    noise: dict[int, float] = {i: 0.0 for i in range(len(ref.calls))}
+    for k in range(runs):
+        mode = RandomRounding((int(seed) * 1_000_003 + (k + 1) * 7_919) & 0x7FFF_FFFF, replay=ref_mode.recording,
+                              decompose=False)
+        rec = Recorder()
+        with mode, rec:
+            run()
+        if mode.replay_broken or len(rec.calls) != len(ref.calls):
+            return None
+        for i, (a, b) in enumerate(zip(ref.calls, rec.calls)):
+            if a.input.shape != b.input.shape:
+                return None
+            d = (a.input.double() - b.input.to(a.input.device).double()).abs().nan_to_num(0.0, 0.0, 0.0)
+            noise[i] = max(noise[i], float(d.max()) if d.numel() else 0.0)
+        del rec
+    return ref.calls, noise
+
+
+def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: Callable[[], dict], *,
+               tie: float, seed: int, notes: list[str]) -> dict[str, RolledStats]:
+    """The kept compiled results of the rolled call against eager following compiled's choices at near-ties
+    (module docstring). Returns each result's statistic; nothing where the choices cannot be lined up (said
+    in `notes`: those results keep only their bits' checks). With nothing kept it makes the same runs (a
+    sharded peer's choices differed: every rank runs alike) and returns nothing."""
+    measured = decision_noise(run, seed)
+    if not kept:  # run only to keep step with a peer whose choices differed (sharded)
+        if measured is not None:
+            with Follower(CALL, theirs, measured[0], tie, noise=measured[1]):
+                run()
+        return {}
+    if measured is None:
+        notes.append(f"{CALL} chose differently from eager, and eager's randomised-rounding runs there could not "
+                     f"be lined up with its own decisions: its {len(kept)} result(s) are judged by their bits only")
+        return {}
+    calls, noise = measured
+    follower = Follower(CALL, theirs, calls, tie, noise=noise)
+    with follower:
+        followed = run()
+    done = follower.report
+    if done.misaligned:
+        notes.append(f"{CALL}: its choices could not be lined up with eager's ({done.misaligned}): its "
+                     f"{len(kept)} result(s) are judged by their bits only")
+        return {}
+    notes.append(f"{CALL} chose differently from eager at {done.followed_rows + done.refused_rows} row(s) of "
+                 f"{len(done.followed_calls | done.refused_calls)} decision(s); eager was run again taking "
+                 f"compiled's choice at the {done.followed_rows} near-tied one(s) (largest gap {done.largest_gap:.3g}, "
+                 f"within {done.its_limit:.3g}: decision_tie x eager's largest error there, measured by "
+                 f"{NOISE_RUNS} randomised-rounding runs)"
+                 + (f"; at {done.refused_rows} row(s) the choices are not tied and eager keeps its own"
+                    if done.refused_rows else "")
+                 + ", and every result of that call is judged against that run")
+    out = {}
+    for name, t in kept.items():
+        e = followed.get(name)
+        if isinstance(e, torch.Tensor) and e.shape == t.shape and e.dtype == t.dtype:
+            out[name] = distance(t, e)
+    return out
