@@ -179,12 +179,15 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
         rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
         screen.drop(rolled.lost)
+        unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
+        if eager_rolled is not None:  # only these are read from here on: the rest is freed before eager re-runs
+            eager_rolled = {k: v for k, v in eager_rolled.items() if k in unchanged}
+        screen.eager = {}
         if p.agree(bool(screen.kept)):
             theirs = screen.choices.theirs() if screen.choices is not None else []
             screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
                                            seed=p.opts.seed, notes=p.notes))
             screen.kept.clear()
-        unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
     except Exception as exc:
