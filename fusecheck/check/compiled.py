@@ -186,7 +186,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         if p.agree(bool(screen.kept)):
             theirs = screen.choices.theirs() if screen.choices is not None else []
             screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
-                                           seed=p.opts.seed, notes=p.notes))
+                                           seed=p.opts.seed, notes=p.notes, selects=screen.selects))
             screen.kept.clear()
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
@@ -217,7 +217,7 @@ def _rolled_screen(p: Pipeline, capture: GraphCapture, graphs) -> RolledScreen:
     if not (selects or routes):
         return RolledScreen()
     if capture.decisions is not None:
-        return RolledScreen(follows=True)
+        return RolledScreen(follows=True, selects=bool(selects))
     what = "is judged by its bits only (stale or ignored inputs)" if selects else "is judged on its outputs only"
     p.notes.append(f"the compiled call on other inputs (the inputs rolled by one) {what}, not against eager's call: "
                    f"the model takes discrete decisions ({', '.join((selects or routes)[:3])}) and a user backend's "

@@ -88,11 +88,13 @@ class RolledScreen:
     """Each compiled result of the rolled call against eager's on the same inputs, as it arrives."""
 
     def __init__(self, eager: dict[str, torch.Tensor] | None = None, gradients: bool = True, screens: bool = True,
-                 follows: bool = False):
+                 follows: bool = False, selects: bool = False):
         # `screens`: False where nothing is screened (eager's call is then needed only for `ignoring_inputs`);
         # `follows`: the model decides, and where compiled's choices differ from eager's on the rolled inputs
         # its results wait in `kept` for an eager run that follows them (check/rolled_choices.py)
+        # (`selects`: among its decisions a selection, which moves whole rows, not only a mask)
         self.eager, self.gradients, self.screens, self.follows = eager or {}, gradients, screens, follows
+        self.selects = selects
         self.stats: dict[str, RolledStats] = {}
         self.choices = None  # rolled_choices.RolledChoices, set before the rolled call where `follows`
         self.kept: dict[str, torch.Tensor] = {}

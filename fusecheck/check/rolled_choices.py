@@ -85,11 +85,13 @@ def decision_noise(run: Callable[[], dict], seed: int, runs: int = NOISE_RUNS) -
 
 
 def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: Callable[[], dict], *,
-               tie: float, seed: int, notes: list[str]) -> dict[str, RolledStats]:
+               tie: float, seed: int, notes: list[str], selects: bool = True) -> dict[str, RolledStats]:
     """The kept compiled results of the rolled call against eager following compiled's choices at near-ties
-    (module docstring). Returns each result's statistic; nothing where the choices cannot be lined up (said
-    in `notes`: those results keep only their bits' checks). With nothing kept it makes the same runs (a
-    sharded peer's choices differed: every rank runs alike) and returns nothing."""
+    (module docstring). Returns each result's statistic. Where the choices cannot be lined up (a decision
+    outside the compiled graphs), a model that only masks (`selects` False: relu, clipping, max-pool, whose
+    forward values are continuous at a tie) has its outputs judged against eager as it is, and its gradients
+    by their bits only; a selecting model, every result by its bits only; said in `notes`. With nothing kept
+    it makes the same runs (a sharded peer's choices differed: every rank runs alike) and returns nothing."""
     measured = decision_noise(run, seed)
     if not kept:  # run only to keep step with a peer whose choices differed (sharded)
         if measured is not None:
@@ -97,18 +99,16 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
                 run()
         return {}
     if measured is None:
-        notes.append(f"{CALL} chose differently from eager, and eager's randomised-rounding runs there could not "
-                     f"be lined up with its own decisions: its {len(kept)} result(s) are judged by their bits only")
-        return {}
+        return _unaligned(kept, run(), selects, notes, "eager's randomised-rounding runs there could not be lined "
+                                                       "up with its own decisions")
     calls, noise = measured
     follower = Follower(CALL, theirs, calls, tie, noise=noise)
     with follower:
         followed = run()
     done = follower.report
     if done.misaligned:
-        notes.append(f"{CALL}: its choices could not be lined up with eager's ({done.misaligned}): its "
-                     f"{len(kept)} result(s) are judged by their bits only")
-        return {}
+        return _unaligned(kept, followed, selects, notes, f"its choices could not be lined up with eager's "
+                                                          f"({done.misaligned})")
     notes.append(f"{CALL} chose differently from eager at {done.followed_rows + done.refused_rows} row(s) of "
                  f"{len(done.followed_calls | done.refused_calls)} decision(s); eager was run again taking "
                  f"compiled's choice at the {done.followed_rows} near-tied one(s) (largest gap {done.largest_gap:.3g}, "
@@ -117,9 +117,24 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
                  + (f"; at {done.refused_rows} row(s) the choices are not tied and eager keeps its own"
                     if done.refused_rows else "")
                  + ", and every result of that call is judged against that run")
+    return _against(kept, followed)
+
+
+def _against(kept: dict[str, torch.Tensor], eager: dict) -> dict[str, RolledStats]:
     out = {}
     for name, t in kept.items():
-        e = followed.get(name)
+        e = eager.get(name)
         if isinstance(e, torch.Tensor) and e.shape == t.shape and e.dtype == t.dtype:
             out[name] = distance(t, e)
     return out
+
+
+def _unaligned(kept: dict[str, torch.Tensor], eager: dict, selects: bool, notes: list[str],
+               why: str) -> dict[str, RolledStats]:
+    """Nothing to follow: a selection moves whole rows (bits only); a mask moves gradients only (outputs judged
+    against eager as it is)."""
+    outputs = {} if selects else {k: t for k, t in kept.items() if not k.startswith("grad.")}
+    notes.append(f"{CALL} chose differently from eager and {why}: "
+                 + ("its results are judged by their bits only" if selects else
+                    "its outputs are judged against eager as it is, its gradients by their bits only"))
+    return _against(outputs, eager)

@@ -602,3 +602,25 @@ def routed_dense_tall():
     """512 rows: in bf16 some rows' second and third features are tied within rounding."""
     torch.manual_seed(0)
     return (RoutedDense(), torch.randn(512, 32))
+
+
+@torch._dynamo.disable
+def _relu_outside_the_graph(h):
+    return torch.relu(h)
+
+
+class ReluOutsideGraph(nn.Module):
+    """Two relus, one of them in a function dynamo does not compile: eager decides once more than compiled's
+    graphs (their choices cannot be lined up)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.b(_relu_outside_the_graph(torch.relu(self.a(x))) * 2)
+
+
+def relu_outside_graph():
+    torch.manual_seed(0)
+    return (ReluOutsideGraph(), torch.randn(64, 16))
