@@ -84,7 +84,8 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 again = {k: v for k, v in compiled2.differing.items() if k in noisy}
                 again.update(rerun(p, fn, noisy & set(compiled2.lost), "compiled", cotangents, measured=False))
                 del compiled2
-                stale, again_call, ignoring, rolled = _after_other_inputs(p, fn, cotangents, first, capture, eager)
+                stale, again_call, ignoring, rolled = _after_other_inputs(p, fn, cotangents, first, capture, eager,
+                                                                            compiled.all(compiled.mutated))
                 again_call = {k: c for k, c in again_call.items() if k not in noisy}
                 again.update({k: v for k, v in stale.items() if k not in again})
                 noisy |= set(again_call)
@@ -146,8 +147,8 @@ def other_inputs(case: Case) -> Case | None:
     return out if changed else None
 
 
-def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: GraphCapture,
-                        eager: EagerRuns) -> tuple[dict, dict[str, str], dict[str, str], dict[str, RolledStats]]:
+def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: GraphCapture, eager: EagerRuns,
+                        compiled_first: dict) -> tuple[dict, dict[str, str], dict[str, str], dict[str, RolledStats]]:
     """A compiled call on other inputs, then the first inputs again: a compiled artifact that hands back an
     earlier call's results (a stale cache, a static buffer not refreshed) differs from the first run now,
     where two calls on the same inputs agree. Returns the results that differ (to be judged), their call
@@ -186,7 +187,8 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         if p.agree(bool(screen.kept)):
             theirs = screen.choices.theirs() if screen.choices is not None else []
             screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
-                                           seed=p.opts.seed, notes=p.notes, selects=screen.selects))
+                                           seed=p.opts.seed, notes=p.notes, selects=screen.selects,
+                                           reference=eager_rolled))
             screen.kept.clear()
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
@@ -198,7 +200,8 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         return {}, {}, {}, {}
     finally:
         del capture.graphs[graphs:]
-    ignoring = ignoring_inputs(p.policy, eager.first.all(keys), eager_rolled, unchanged) if eager_rolled else {}
+    ignoring = ignoring_inputs(p.policy, eager.first.all(keys), eager_rolled, unchanged,
+                               compiled_first) if eager_rolled else {}
     del eager_rolled, screen.eager
     third = p.run(fn, cotangents=cotangents, digests_only=True, differs_from=first)
     differ = {k for k, d in first.items() if third.digests.get(k) != d}

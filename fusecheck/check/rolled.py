@@ -214,12 +214,19 @@ def settle_rolled(doubts: dict[str, RolledDoubt], rows: dict, policy: Policy, me
             f"own noise there, {n - len(cleared)} still worse"]
 
 
-def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, unchanged: set[str]) -> dict[str, str]:
+def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, unchanged: set[str],
+                    compiled_first: dict | None = None) -> dict[str, str]:
     """Results whose compiled call on the rolled inputs gave the first call's very bits while eager's result
     moved beyond the policy's tolerance between the same two inputs: an artifact that returns its first result
     forever (a cache keyed on nothing) is right on every call the golden judges, and only this tells. A result
     the roll does not change (a max over the rolled dimension, a mean that moves by rounding) keeps eager
-    within tolerance and is not named."""
+    within tolerance and is not named. Nor is one whose bits (`compiled_first`, the same as the rolled call's)
+    are no further from eager's rolled result than from eager's first, counted in elements beyond tolerance
+    (further: more, and significantly more unless the first count is 0, the count checks' test): eager may
+    move by a choice at a near-tie that the exact result does not make (a bf16 max over a sequence whose order
+    the roll changed: found by a red team, 2026-12-07), while a result cached from the first call is close to
+    eager's first result and far from its rolled one. Where the model decides, `eager_rolled` follows
+    compiled's choices at ties (rolled_choices.judge_kept)."""
     out = {}
     for k in sorted(unchanged):
         e1, e2 = eager_first.get(k), eager_rolled.get(k)
@@ -227,8 +234,25 @@ def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, uncha
                 or e1.dtype != e2.dtype:
             continue
         row = compare(e2.to(e1.device), e1, policy=policy, name=k)
+        if _closer_to_rolled(policy, k, (compiled_first or {}).get(k), e1, e2):
+            continue
         if row.vs_reference is not None and row.vs_reference.mismatches > 0:
             out[k] = (f"{CALL} returned the first call's very bits, while eager's result moved beyond tolerance "
                       f"({int(row.vs_reference.mismatches)} of {e1.numel()} elements): the compiled artifact "
                       f"ignores its inputs (a result cache keyed on nothing, an output buffer never rewritten)")
     return out
+
+
+def _closer_to_rolled(policy: Policy, name: str, c, e1: torch.Tensor, e2: torch.Tensor) -> bool:
+    """Compiled's unchanged result `c` is not further from eager's rolled result than from eager's first
+    (ignoring_inputs)."""
+    if not isinstance(c, torch.Tensor) or c.shape != e1.shape or c.dtype != e1.dtype:
+        return False
+    to_rolled = compare(c, e2.to(c.device), policy=policy, name=name).vs_reference
+    to_first = compare(c, e1.to(c.device), policy=policy, name=name).vs_reference
+    if to_rolled is None or to_first is None:
+        return False
+    ours, theirs = int(to_rolled.mismatches), int(to_first.mismatches)
+    if ours <= theirs:
+        return True
+    return theirs > 0 and not _count_significantly_worse(ours, 0, theirs, 1.0, policy.ratios)

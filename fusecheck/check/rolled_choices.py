@@ -85,13 +85,16 @@ def decision_noise(run: Callable[[], dict], seed: int, runs: int = NOISE_RUNS) -
 
 
 def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: Callable[[], dict], *,
-               tie: float, seed: int, notes: list[str], selects: bool = True) -> dict[str, RolledStats]:
+               tie: float, seed: int, notes: list[str], selects: bool = True,
+               reference: dict | None = None) -> dict[str, RolledStats]:
     """The kept compiled results of the rolled call against eager following compiled's choices at near-ties
     (module docstring). Returns each result's statistic. Where the choices cannot be lined up (a decision
     outside the compiled graphs), a model that only masks (`selects` False: relu, clipping, max-pool, whose
     forward values are continuous at a tie) has its outputs judged against eager as it is, and its gradients
     by their bits only; a selecting model, every result by its bits only; said in `notes`. With nothing kept
-    it makes the same runs (a sharded peer's choices differed: every rank runs alike) and returns nothing."""
+    it makes the same runs (a sharded peer's choices differed: every rank runs alike) and returns nothing.
+    `reference`: eager's rolled results that are read later (`rolled.ignoring_inputs`); each is replaced by
+    the run the rolled call is judged against here, which took compiled's choices at the ties."""
     measured = decision_noise(run, seed)
     if not kept:  # run only to keep step with a peer whose choices differed (sharded)
         if measured is not None:
@@ -99,12 +102,12 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
                 run()
         return {}
     if measured is None:
-        return _unaligned(kept, run(), selects, notes, "eager's randomised-rounding runs there could not be lined "
-                                                       "up with its own decisions")
+        return _unaligned(kept, _refreshing(run(), reference), selects, notes,
+                          "eager's randomised-rounding runs there could not be lined up with its own decisions")
     calls, noise = measured
     follower = Follower(CALL, theirs, calls, tie, noise=noise)
     with follower:
-        followed = run()
+        followed = _refreshing(run(), reference)
     done = follower.report
     if done.misaligned:
         return _unaligned(kept, followed, selects, notes, f"its choices could not be lined up with eager's "
@@ -118,6 +121,13 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
                     if done.refused_rows else "")
                  + ", and every result of that call is judged against that run")
     return _against(kept, followed)
+
+
+def _refreshing(eager: dict, reference: dict | None) -> dict:
+    for k in list(reference or ()):
+        if k in eager:
+            reference[k] = eager[k]
+    return eager
 
 
 def _against(kept: dict[str, torch.Tensor], eager: dict) -> dict[str, RolledStats]:

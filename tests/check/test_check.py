@@ -340,6 +340,30 @@ def test_a_compiled_call_that_returns_its_first_result_forever_fails():
     assert r.exit_code == 1 and r.rows[0].verdict.code == "ignores_inputs", [row.verdict.message for row in r.rows]
 
 
+def test_eager_moving_by_a_tie_the_roll_changed_does_not_name_an_unchanged_compiled_result():
+    """A bf16 max over a sequence: rolling the ids leaves the exact result where it was, but eager breaks ties
+    by position and its gradients move; a compile in fp64 has no ties and gives the same bits on both calls,
+    no further from eager's rolled result than from its first: not a cache (found by a red team)."""
+    r = check("tests/planted/cases.py:pooled_tokens", backend=PLANTED + "in_fp64", dtype="bf16", train=True)
+    assert r.exit_code == 0, [(row.name, row.verdict.code) for row in r.rows if not row.passed]
+
+
+def test_an_unchanged_result_closer_to_eager_s_first_call_is_named_and_one_closer_to_its_rolled_call_is_not():
+    from fusecheck.check.rolled import ignoring_inputs
+    from fusecheck.policy import Policy
+    gen = torch.Generator().manual_seed(0)
+    e1 = torch.randn(256, generator=gen)
+    e2 = e1.clone()
+    e2[:8] += 1.0  # eager moved on 8 elements
+    first, rolled = {"output": e1}, {"output": e2}
+    stale = ignoring_inputs(Policy(), first, rolled, {"output"}, {"output": e1.clone()})
+    assert list(stale) == ["output"]  # the first call's result kept: right there, wrong on the rolled inputs
+    invariant = e2.clone()
+    invariant[8:12] += 1.0  # 4 elements off eager's rolled result, 12 off its first: closer to the rolled
+    assert ignoring_inputs(Policy(), first, rolled, {"output"}, {"output": invariant}) == {}
+    assert list(ignoring_inputs(Policy(), first, rolled, {"output"})) == ["output"]  # without it: as before
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", PLANTED + "first_call_outputs"])
 def test_a_result_the_roll_does_not_change_is_not_named(backend):
     """amax over the rolled dimension is the same bits on both inputs, a sum moves by rounding only: a cache

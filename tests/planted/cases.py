@@ -624,3 +624,23 @@ class ReluOutsideGraph(nn.Module):
 def relu_outside_graph():
     torch.manual_seed(0)
     return (ReluOutsideGraph(), torch.randn(64, 16))
+
+
+class PooledTokens(nn.Module):
+    """Tied embeddings, a relu MLP and a max over the sequence (found by a red team, 2026-12-07): rolling the
+    token ids permutes the sequence, so the exact result does not move, but in bf16 features of different
+    tokens tie inside the max and eager breaks the ties by position, so its gradients move by O(1)."""
+
+    def __init__(self, vocab: int = 100, width: int = 32):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(vocab, width), nn.Linear(width, width)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        h = h + torch.relu(self.fc(h))
+        return h.max(dim=1).values @ self.emb.weight.t()
+
+
+def pooled_tokens():
+    torch.manual_seed(0)
+    return (PooledTokens(), torch.randint(0, 100, (4, 16)))
