@@ -52,8 +52,8 @@ class RolledChoices:
 
 
 def recorded(run: Callable[[], dict]) -> tuple[dict, list[torch.Tensor]]:
-    """Eager's rolled results and its choices at each decision, in call order."""
-    rec = Recorder()
+    """Eager's rolled results and its choices at each decision, in call order (no copy of their inputs)."""
+    rec = Recorder(inputs=False)
     with rec:
         out = run()
     return out, [c.choice for c in rec.calls]

@@ -24,7 +24,7 @@ from fusecheck.runs.digest import digest
 @dataclass
 class Call:
     op: str
-    input: torch.Tensor      # eager's input to the decision
+    input: torch.Tensor | None  # eager's input to the decision (None: a Recorder that keeps choices only)
     choice: torch.Tensor     # what it chose: indices, or a relu's mask
 
 
@@ -44,16 +44,18 @@ class Recorder(TorchDispatchMode):
 
     supports_higher_order_operators = True
 
-    def __init__(self):
+    def __init__(self, inputs: bool = True):
         super().__init__()
         self.calls: list[Call] = []
+        self.inputs = inputs  # False: the choices only (no copy of each decision's input is kept)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         spec = ATEN_OPS.get(func)
         if spec is None or not isinstance(args[0], torch.Tensor) or torch._C._current_graph_task_id() != -1:
             return func(*args, **kwargs)
-        x = args[0].detach().clone()  # stored, and taken before an in-place relu_ overwrites it
+        # stored, and taken before an in-place relu_ overwrites it
+        x = args[0].detach().clone() if self.inputs else None
         out = func(*args, **kwargs)
         choice = spec.choice(bound_args(func, args, kwargs), out).detach().clone()
         self.calls.append(Call(func.overloadpacket.__name__, x, choice))
