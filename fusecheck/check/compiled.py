@@ -18,7 +18,7 @@ from fusecheck.case import Case
 from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.options import MIN_CALLS
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.check.rolled import RolledScreen, RolledStats, ignoring_inputs
+from fusecheck.check.rolled import CALL, RolledScreen, RolledStats, ignoring_inputs
 from fusecheck.check.rolled_choices import RolledChoices, judge_kept, recorded
 from fusecheck.golden.choices.follow import Recorder
 from fusecheck.golden.choices.ops import SELECTING_TAPS
@@ -163,7 +163,9 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     keys = tuple(eager.first.after)
 
     def eager_call() -> dict:
-        run = p.run(p.case.model, case=other, cotangents=None)
+        # eager indeed: regionally compiled blocks (--regional, a sharded check) would otherwise run compiled
+        with torch.compiler.set_stance("force_eager"):
+            run = p.run(p.case.model, case=other, cotangents=None)
         park(run, p.device)
         return run.all(keys)
     try:
@@ -185,11 +187,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
             eager_rolled = {k: v for k, v in eager_rolled.items() if k in unchanged}
         screen.eager = {}
         if p.agree(bool(screen.kept)):
-            theirs = screen.choices.theirs() if screen.choices is not None else []
-            screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
-                                           seed=p.opts.seed, notes=p.notes, selects=screen.selects,
-                                           reference=eager_rolled))
-            screen.kept.clear()
+            _follow(p, screen, eager_call, eager_rolled)
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
     except Exception as exc:
@@ -207,6 +205,24 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
+
+
+def _follow(p: Pipeline, screen: RolledScreen, eager_call, eager_rolled: dict | None) -> None:
+    """The kept results of the rolled call judged against eager following compiled's choices
+    (rolled_choices.judge_kept). fusecheck's own failure there leaves them to their bits, said in a note, and
+    the rest of the probe (the call after it on the first inputs) goes on."""
+    theirs = screen.choices.theirs() if screen.choices is not None else []
+    screen.choices = None  # eager's choices: not read again
+    try:
+        screen.stats.update(judge_kept(screen.kept, theirs, eager_call, tie=p.policy.ratios.decision_tie,
+                                       seed=p.opts.seed, notes=p.notes, selects=screen.selects,
+                                       reference=eager_rolled))
+    except Exception as exc:
+        if p.passes_through(exc):
+            raise
+        p.notes.append(f"{CALL}: eager could not be run following compiled's choices ({type(exc).__name__}: "
+                       f"{str(exc)[:160]}): its {len(screen.kept)} kept result(s) are judged by their bits only")
+    screen.kept.clear()
 
 
 def _rolled_screen(p: Pipeline, capture: GraphCapture, graphs) -> RolledScreen:

@@ -19,6 +19,7 @@ compile; judging only their bits let a race on that call pass. So:
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -62,26 +63,36 @@ def recorded(run: Callable[[], dict]) -> tuple[dict, list[torch.Tensor]]:
 def decision_noise(run: Callable[[], dict], seed: int, runs: int = NOISE_RUNS) -> tuple[list[Call], dict[int, float]] | None:
     """Eager's decisions on the rolled inputs (inputs and choices) and E per decision: the largest |input of a
     randomised-rounding run - eager's input| over `runs` runs, every decision pinned to eager's choice.
-    None where the runs cannot be lined up with eager's (a decision more or less)."""
+    None where the runs cannot be lined up with eager's (a decision more or less). Always 1 + `runs` runs (a
+    sharded peer makes as many)."""
     ref_mode, ref = RandomRounding(seed, perturb=False, record=True, decompose=False), Recorder()
     with ref_mode, ref:
         run()
     noise: dict[int, float] = {i: 0.0 for i in range(len(ref.calls))}
+    broken = False
     for k in range(runs):
         mode = RandomRounding((int(seed) * 1_000_003 + (k + 1) * 7_919) & 0x7FFF_FFFF, replay=ref_mode.recording,
                               decompose=False)
         rec = Recorder()
         with mode, rec:
             run()
-        if mode.replay_broken or len(rec.calls) != len(ref.calls):
-            return None
-        for i, (a, b) in enumerate(zip(ref.calls, rec.calls)):
+        broken = broken or bool(mode.replay_broken) or len(rec.calls) != len(ref.calls)
+        for i, (a, b) in enumerate(zip(ref.calls, rec.calls) if not broken else ()):
             if a.input.shape != b.input.shape:
-                return None
-            d = (a.input.double() - b.input.to(a.input.device).double()).abs().nan_to_num(0.0, 0.0, 0.0)
-            noise[i] = max(noise[i], float(d.max()) if d.numel() else 0.0)
+                broken = True
+                break
+            noise[i] = max(noise[i], _largest_difference(a.input, b.input))
         del rec
-    return ref.calls, noise
+    return None if broken else (ref.calls, noise)
+
+
+def _largest_difference(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 22) -> float:
+    """max |a - b| over the finite differences, in fp32, a chunk at a time (a relu's input is activation-sized)."""
+    out = 0.0
+    for x, y in zip(a.reshape(-1).split(chunk), b.reshape(-1).to(a.device).split(chunk)):
+        d = (x.float() - y.float()).abs().nan_to_num(0.0, 0.0, 0.0)
+        out = max(out, float(d.max()) if d.numel() else 0.0)
+    return out
 
 
 def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: Callable[[], dict], *,
@@ -91,23 +102,19 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
     (module docstring). Returns each result's statistic. Where the choices cannot be lined up (a decision
     outside the compiled graphs), a model that only masks (`selects` False: relu, clipping, max-pool, whose
     forward values are continuous at a tie) has its outputs judged against eager as it is, and its gradients
-    by their bits only; a selecting model, every result by its bits only; said in `notes`. With nothing kept
-    it makes the same runs (a sharded peer's choices differed: every rank runs alike) and returns nothing.
+    by their bits only; a selecting model, every result by its bits only; said in `notes`. Every call makes
+    the same 2 + NOISE_RUNS eager runs, with nothing kept too (a sharded peer's choices differed).
     `reference`: eager's rolled results that are read later (`rolled.ignoring_inputs`); each is replaced by
     the run the rolled call is judged against here, which took compiled's choices at the ties."""
     measured = decision_noise(run, seed)
-    if not kept:  # run only to keep step with a peer whose choices differed (sharded)
-        if measured is not None:
-            with Follower(CALL, theirs, measured[0], tie, noise=measured[1]):
-                run()
-        return {}
-    if measured is None:
-        return _unaligned(kept, _refreshing(run(), reference), selects, notes,
-                          "eager's randomised-rounding runs there could not be lined up with its own decisions")
-    calls, noise = measured
-    follower = Follower(CALL, theirs, calls, tie, noise=noise)
-    with follower:
+    follower = Follower(CALL, theirs, measured[0], tie, noise=measured[1]) if measured is not None else None
+    with follower if follower is not None else contextlib.nullcontext():
         followed = _refreshing(run(), reference)
+    if not kept:
+        return {}
+    if follower is None:
+        return _unaligned(kept, followed, selects, notes,
+                          "eager's randomised-rounding runs there could not be lined up with its own decisions")
     done = follower.report
     if done.misaligned:
         return _unaligned(kept, followed, selects, notes, f"its choices could not be lined up with eager's "
@@ -120,7 +127,7 @@ def judge_kept(kept: dict[str, torch.Tensor], theirs: list[torch.Tensor], run: C
                  + (f"; at {done.refused_rows} row(s) the choices are not tied and eager keeps its own"
                     if done.refused_rows else "")
                  + ", and every result of that call is judged against that run")
-    return _against(kept, followed)
+    return _against(kept, followed, notes)
 
 
 def _refreshing(eager: dict, reference: dict | None) -> dict:
@@ -130,12 +137,16 @@ def _refreshing(eager: dict, reference: dict | None) -> dict:
     return eager
 
 
-def _against(kept: dict[str, torch.Tensor], eager: dict) -> dict[str, RolledStats]:
+def _against(kept: dict[str, torch.Tensor], eager: dict, notes: list[str]) -> dict[str, RolledStats]:
     out = {}
     for name, t in kept.items():
         e = eager.get(name)
         if isinstance(e, torch.Tensor) and e.shape == t.shape and e.dtype == t.dtype:
             out[name] = distance(t, e)
+    lost = sorted(set(kept) - set(out))
+    if lost:
+        notes.append(f"{CALL}: eager's run there gave no result of the same shape and dtype for {', '.join(lost[:3])}"
+                     + (f" and {len(lost) - 3} more" if len(lost) > 3 else "") + ": judged by their bits only")
     return out
 
 
@@ -147,4 +158,4 @@ def _unaligned(kept: dict[str, torch.Tensor], eager: dict, selects: bool, notes:
     notes.append(f"{CALL} chose differently from eager and {why}: "
                  + ("its results are judged by their bits only" if selects else
                     "its outputs are judged against eager as it is, its gradients by their bits only"))
-    return _against(outputs, eager)
+    return _against(outputs, eager, notes)

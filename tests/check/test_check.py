@@ -358,10 +358,17 @@ def test_an_unchanged_result_closer_to_eager_s_first_call_is_named_and_one_close
     first, rolled = {"output": e1}, {"output": e2}
     stale = ignoring_inputs(Policy(), first, rolled, {"output"}, {"output": e1.clone()})
     assert list(stale) == ["output"]  # the first call's result kept: right there, wrong on the rolled inputs
+    off = e1.clone()
+    off[100:140] += 0.5  # a cache whose first result already differed from eager elsewhere: still named
+    assert list(ignoring_inputs(Policy(), first, rolled, {"output"}, {"output": off})) == ["output"]
     invariant = e2.clone()
-    invariant[8:12] += 1.0  # 4 elements off eager's rolled result, 12 off its first: closer to the rolled
+    invariant[8:12] += 1.0  # where eager moved, as its rolled result: not a cache
     assert ignoring_inputs(Policy(), first, rolled, {"output"}, {"output": invariant}) == {}
     assert list(ignoring_inputs(Policy(), first, rolled, {"output"})) == ["output"]  # without it: as before
+    tiny = {"output": torch.tensor([1.0, 2.0, 3.0, 4.0])}
+    moved = {"output": torch.tensor([1.0, 2.5, 3.0, 4.0])}
+    stale_tiny = torch.tensor([1.5, 2.0, 3.0, 4.0])  # one element off eager already, the moved one cached
+    assert list(ignoring_inputs(Policy(), tiny, moved, {"output"}, {"output": stale_tiny})) == ["output"]
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", PLANTED + "first_call_outputs"])

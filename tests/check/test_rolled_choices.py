@@ -98,3 +98,41 @@ def test_choices_that_cannot_be_lined_up_leave_a_masking_model_its_outputs_judge
     assert any("its outputs are judged against eager as it is" in n for n in r.notes), r.notes
     if code:
         assert {row.name for row in r.rows if not row.passed} == {"output"}
+
+
+def test_the_screen_keeps_results_while_the_choices_differ_and_scores_them_otherwise():
+    from fusecheck.check.rolled import RolledScreen
+    e = {"output": torch.ones(8), "grad.w": torch.ones(8)}
+    same, differ = RolledScreen(e, follows=True), RolledScreen(e, follows=True)
+    same.choices = RolledChoices([torch.tensor([1])], [torch.tensor([1])], 0)
+    differ.choices = RolledChoices([torch.tensor([1])], [torch.tensor([2])], 0)
+    for screen in (same, differ):
+        screen.add("output", torch.full((8,), 2.0))
+        screen.add("grad.w", torch.full((8,), 2.0))
+    assert set(same.stats) == {"output", "grad.w"} and not same.kept
+    assert set(differ.kept) == {"output", "grad.w"} and not differ.stats
+
+
+def test_judging_kept_results_makes_as_many_eager_runs_whatever_is_kept_and_scores_every_one():
+    """Every rank of a sharded check makes the same runs (collectives): with and without kept results, and
+    with decisions that cannot be lined up."""
+    from fusecheck.check.rolled_choices import NOISE_RUNS, judge_kept
+    torch.manual_seed(0)
+    w, x = torch.randn(16, 16), torch.randn(8, 16)
+    calls = []
+
+    def run():
+        calls.append(1)
+        h = x @ w
+        return {"output": h.topk(2, dim=-1).values}
+    theirs = [h_idx for h_idx in [(x @ w).topk(2, dim=-1).indices]]
+    for kept in ({}, {"output": (x @ w).topk(2, dim=-1).values * 1.2}):
+        for targets in (theirs, []):
+            calls.clear()
+            notes = []
+            stats = judge_kept(kept, targets, run, tie=2.0, seed=0, notes=notes)
+            assert len(calls) == 2 + NOISE_RUNS
+            if kept and targets:
+                assert set(stats) == {"output"} and stats["output"].rmse > 0
+            if kept and not targets:
+                assert stats == {} and any("bits only" in n for n in notes)
