@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from fusecheck.compare import Comparison, Status, Verdict, compare
+from fusecheck.compare.scale import applied_thresholds
 from fusecheck.compare.verdict import _count_significantly_worse
 from fusecheck.policy import Policy
 
@@ -225,8 +226,8 @@ def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, uncha
     are at least as close to eager's rolled result as to eager's first on the elements where eager moved
     (`_closer_to_rolled`): eager may move by a choice at a near-tie that the exact result does not make (a
     bf16 max over a sequence whose order the roll changed: found by a red team, 2026-12-07), while a result
-    cached from the first call is close to eager's first result there and far from its rolled one. Where the model decides, `eager_rolled` follows
-    compiled's choices at ties (rolled_choices.judge_kept)."""
+    cached from the first call is close to eager's first result there and far from its rolled one. Where the
+    model decides, `eager_rolled` follows compiled's choices at ties (rolled_choices.judge_kept)."""
     out = {}
     for k in sorted(unchanged):
         e1, e2 = eager_first.get(k), eager_rolled.get(k)
@@ -249,8 +250,7 @@ def _closer_to_rolled(policy: Policy, c, e1: torch.Tensor, e2: torch.Tensor) -> 
     if not isinstance(c, torch.Tensor) or c.shape != e1.shape or c.dtype != e1.dtype:
         return False
     a, b, x = e1.double(), e2.to(e1.device).double(), c.to(e1.device).double()
-    scale = float(torch.maximum(a.abs(), b.abs()).nan_to_num(0.0, 0.0, 0.0).max()) if a.numel() else 0.0
-    tol = policy.tolerance(e1.dtype).at_scale(scale)
+    tol = applied_thresholds(policy, e1.dtype, e1, None).tolerance  # as `compare(e2, e1)` counted them
     moved = (a - b).abs() > tol.atol + tol.rtol * a.abs()  # NaN compares False
     to_first, to_rolled = (x - a).abs()[moved], (x - b).abs()[moved]
     closer_rolled, closer_first = int((to_rolled < to_first).sum()), int((to_first < to_rolled).sum())

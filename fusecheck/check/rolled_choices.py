@@ -27,6 +27,7 @@ import torch
 
 from fusecheck.check.rolled import CALL, RolledStats, distance
 from fusecheck.compare.noise_band.rounding import RandomRounding
+from fusecheck.compare.noise_band.spread import perturbed_run_seed
 from fusecheck.golden.choices.follow import Call, Follower, Recorder
 from fusecheck.golden.choices.passes import same_choices
 
@@ -71,8 +72,7 @@ def decision_noise(run: Callable[[], dict], seed: int, runs: int = NOISE_RUNS) -
     noise: dict[int, float] = {i: 0.0 for i in range(len(ref.calls))}
     broken = False
     for k in range(runs):
-        mode = RandomRounding((int(seed) * 1_000_003 + (k + 1) * 7_919) & 0x7FFF_FFFF, replay=ref_mode.recording,
-                              decompose=False)
+        mode = RandomRounding(perturbed_run_seed(seed, k), replay=ref_mode.recording, decompose=False)
         rec = Recorder()
         with mode, rec:
             run()

@@ -19,6 +19,7 @@ import torch
 from fusecheck.backends import resolve_backend
 from fusecheck.case import Case, TargetError
 from fusecheck.compare.noise_band import RandomRounding
+from fusecheck.compare.noise_band.spread import perturbed_run_seed
 from fusecheck.devices import resolve_device, resolve_dtype
 from fusecheck.runs.cast import cast_tree, golden_case, prepare_case
 from fusecheck.golden.fallback import GoldenError, GoldenFallback, eager_precision
@@ -95,7 +96,7 @@ def _state_bytes(traj: Trajectory) -> int:
 
 
 def _band_seed(seed: int, k: int, step: int) -> int:
-    return (int(seed) * 1_000_003 + (k + 1) * 7_919 + step * 104_729) & 0x7FFF_FFFF
+    return perturbed_run_seed(seed, k, step * 104_729)
 
 
 @contextlib.contextmanager

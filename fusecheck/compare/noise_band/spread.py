@@ -14,6 +14,12 @@ from fusecheck.compare.noise_band.rounding import PERTURBED_DTYPES, RandomRoundi
 
 # --- eager_spread ---------------------------------------------------------------------------------------
 
+def perturbed_run_seed(seed: int, k: int, salt: int = 0) -> int:
+    """The generator seed of the k-th randomised run drawn from `seed` (`salt` keeps other series of runs,
+    from the same seed, apart): every caller of RandomRounding draws its runs' seeds here."""
+    return (int(seed) * 1_000_003 + (k + 1) * 7_919 + salt) & 0x7FFF_FFFF
+
+
 class Spread(dict):
     """name -> per-element spread (max over `runs` perturbed eager runs of |perturbed - eager|, fp32 of the
     result's shape). `runs` is K, which the null model of `judge_band` needs; `seconds` the wall time of the
@@ -150,7 +156,7 @@ def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtyp
     spreads: dict[str, torch.Tensor] = {}
     broken = set()
     for k in range(runs):
-        run_seed = (int(seed) * 1_000_003 + (k + 1) * 7_919 + (how == "inputs")) & 0x7FFF_FFFF
+        run_seed = perturbed_run_seed(seed, k, int(how == "inputs"))
         if how == "ops":
             mode = RandomRounding(run_seed, flip=flip, reassociate=reassociate, replay=recording, dtype=dtype,
                                   decompose=decompose)
