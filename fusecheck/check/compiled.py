@@ -97,7 +97,7 @@ def run_compiled(p: Pipeline, eager: EagerRuns, compiling: Compiling, *,
                 # eager returned tensors (it ran first): what the compiled function returns is the backend's
                 raise CompileError(f"backend {p.backend.name!r} on {p.name!r}: the compiled model returned no "
                                    f"tensors where eager did: {exc}") from exc
-            if p.passes_through(exc):
+            if p.passes_through(exc) or isinstance(exc, CompileError):
                 raise
             raise CompileError(f"backend {p.backend.name!r} failed on {p.name!r}: {_one_line(exc)}") from exc
     if not capture.graphs:
@@ -180,7 +180,12 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
             eager_rolled = eager_call()
         screen.eager = (eager_rolled or {}) if screen.screens else {}  # a peer may screen where this rank does not
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
-        rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
+        try:
+            rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
+        except Exception as exc:
+            if p.passes_through(exc) or (eager_rolled is None and not _eager_runs(eager_call)):
+                raise  # eager cannot run there either: the target cannot take these inputs (skipped below)
+            raise _CompiledCallFailed() from exc
         screen.drop(rolled.lost)
         unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
         if eager_rolled is not None:  # only these are read from here on: the rest is freed before eager re-runs
@@ -191,6 +196,11 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
     except Exception as exc:
+        if isinstance(exc, _CompiledCallFailed):
+            # eager runs on these inputs and the compiled call did not: a crash on a later call is the compiler's
+            # (a launch failure, an illegal address), never a skipped probe and a PASS
+            raise CompileError(f"backend {p.backend.name!r} on {p.name!r}: {CALL} raised where eager runs on the "
+                               f"same inputs: {_one_line(exc.__cause__)}") from exc.__cause__
         if p.passes_through(exc):
             raise
         p.notes.append(f"the call on other inputs (the inputs rolled by one) raised {type(exc).__name__}: "
@@ -205,6 +215,19 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
+
+
+class _CompiledCallFailed(Exception):
+    """The compiled call on the rolled inputs raised (its __cause__) where eager runs on them."""
+
+
+def _eager_runs(eager_call) -> bool:
+    """Whether eager runs on the rolled inputs: if not, the target cannot take them and the probe is skipped."""
+    try:
+        eager_call()
+    except Exception:  # noqa: BLE001 - any failure of eager here means the probe does not apply
+        return False
+    return True
 
 
 def _follow(p: Pipeline, screen: RolledScreen, eager_call, eager_rolled: dict | None) -> None:

@@ -109,6 +109,22 @@ def test_eager_noisier_on_the_rolled_inputs_is_measured_there_before_a_fail(back
         assert "within eager's own noise there" in r.rows[0].notes[-1]
 
 
+@pytest.mark.parametrize("call", [2, 3, 4, 5])
+def test_a_compiled_call_that_raises_on_any_call_is_a_compile_error(call):
+    """Never a PASS: a compiled artifact that crashes on a later call (3: the call on other inputs, which eager
+    runs) ends the check as the compiler's error (exit 3), whichever call it was."""
+    from fusecheck.check import CompileError
+    with pytest.raises(CompileError, match=f"planted: kernel launch failed on call {call}"):
+        check("models/mlp.py:build", backend=PLANTED + f"raises_on_call_{call}", calls=max(call, 4))
+
+
+def test_a_target_that_cannot_take_the_rolled_inputs_skips_that_probe_with_a_note():
+    """Eager itself fails on the rolled inputs (the target checks its input's order): the probe does not apply,
+    the check goes on and says so, and a correct compile passes."""
+    r = check("tests/planted/cases.py:sorted_input_only", backend="aot_eager")
+    assert r.exit_code == 0 and any("inputs rolled by one) raised" in n for n in r.notes), r.notes
+
+
 def test_more_calls_catch_an_artifact_wrong_only_after_warm_up():
     """Four calls cannot see an artifact that goes wrong from its fifth call; --calls N makes N calls and
     judges every result that differs from the first call's. A correct backend stays quiet with more calls."""

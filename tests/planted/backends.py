@@ -337,3 +337,23 @@ def flip_smallest(gm, example_inputs):
         flat[idx] = -flat[idx]
         return [o, *outs[1:]]
     return run
+
+
+def _raises_on_call(n: int):
+    """A compiled artifact that crashes on its n-th call (a launch failure, an illegal address on one call)."""
+    def backend(gm, example_inputs):
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            if calls[0] == n:
+                raise RuntimeError(f"planted: kernel launch failed on call {n}")
+            return gm(*args)
+        return run
+    return backend
+
+
+raises_on_call_2 = _raises_on_call(2)
+raises_on_call_3 = _raises_on_call(3)  # the call on other inputs (the inputs rolled by one)
+raises_on_call_4 = _raises_on_call(4)
+raises_on_call_5 = _raises_on_call(5)

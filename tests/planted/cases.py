@@ -644,3 +644,22 @@ class PooledTokens(nn.Module):
 def pooled_tokens():
     torch.manual_seed(0)
     return (PooledTokens(), torch.randint(0, 100, (4, 16)))
+
+
+class SortedInputOnly(nn.Module):
+    """Refuses an input whose rows are not sorted (as a model validating its positions would): the rolled inputs
+    are refused by eager and compiled alike, so the probe on them does not apply."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 8)
+
+    def forward(self, x):
+        if not bool((x[..., 1:] >= x[..., :-1]).all()):
+            raise ValueError("rows must be sorted")
+        return self.lin(x)
+
+
+def sorted_input_only():
+    torch.manual_seed(0)
+    return (SortedInputOnly(), (torch.randn(4, 16).sort(-1).values,))
