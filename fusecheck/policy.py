@@ -97,6 +97,11 @@ class Ratios:
     # maxima reaches with this probability. Small because a grid of real models tests ~1e5 octaves, and
     # one element alone in its octave (a cancellation) is one noise draw against another
     max_rel_alpha: float = 1e-5
+    # compiled's systematic scale against the golden (the least-squares slope of its error on the golden: a wrong
+    # epsilon, a scale factor, a truncating cast) vs eager's (floor: rtol / 10), significance-tested against the
+    # spread independent element errors give it (scale_alpha)
+    scale: float = 2.0
+    scale_alpha: float = 0.01
     # report only: a PASS by tolerance whose compiled RMSE (against the golden) exceeds this many times
     # eager's says so in its message; eager's RMSE ratio to itself is 1, and 1.5 flags what is worth reading
     note_rmse: float = 1.5
@@ -267,7 +272,7 @@ class Policy:
 TOLERANCE_KEYS = frozenset({"rtol", "atol", "reason"})
 
 # For these ratio keys a smaller value admits more error (a significance level: smaller = harder to fail).
-LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha"}
+LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha", "scale_alpha"}
 
 _COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
 

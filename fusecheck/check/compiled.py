@@ -180,10 +180,18 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
             eager_rolled = eager_call()
         screen.eager = (eager_rolled or {}) if screen.screens else {}  # a peer may screen where this rank does not
         # fresh upstream gradients for its own outputs: a data-dependent output shape differs on other inputs
+        own: list[BaseException] = []  # fusecheck's own failure while screening a result: not the compiler's
+
+        def add(name, t):
+            try:
+                screen.add(name, t)
+            except Exception as exc:
+                own.append(exc)
+                raise
         try:
-            rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=screen.add)
+            rolled = p.run(fn, case=other, cotangents=None, digests_only=True, each=add)
         except Exception as exc:
-            if p.passes_through(exc) or (eager_rolled is None and not _eager_runs(eager_call)):
+            if own or p.passes_through(exc) or (eager_rolled is None and not _eager_runs(eager_call)):
                 raise  # eager cannot run there either: the target cannot take these inputs (skipped below)
             raise _CompiledCallFailed() from exc
         screen.drop(rolled.lost)

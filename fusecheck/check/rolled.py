@@ -104,7 +104,7 @@ class RolledScreen:
     def add(self, name: str, t: torch.Tensor) -> None:
         e = self.eager.get(name) if self.gradients or not name.startswith("grad.") else None
         if not (isinstance(e, torch.Tensor) and isinstance(t, torch.Tensor)) or e.shape != t.shape \
-                or e.dtype != t.dtype or not t.is_floating_point() or t.numel() == 0:
+                or e.dtype != t.dtype or not t.is_floating_point() or t.numel() == 0 or t.is_meta:
             return
         if self.choices is not None and self.choices.differ():
             self.kept[name] = t.detach().to("cpu", copy=True)
@@ -231,12 +231,13 @@ def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, uncha
     out = {}
     for k in sorted(unchanged):
         e1, e2 = eager_first.get(k), eager_rolled.get(k)
+        c = (compiled_first or {}).get(k)
         if not (isinstance(e1, torch.Tensor) and isinstance(e2, torch.Tensor)) or e1.shape != e2.shape \
-                or e1.dtype != e2.dtype:
+                or e1.dtype != e2.dtype or getattr(c, "is_meta", False):  # no bits to read: its row says so
             continue
         row = compare(e2.to(e1.device), e1, policy=policy, name=k)
         if row.vs_reference is not None and row.vs_reference.mismatches > 0 \
-                and not _closer_to_rolled(policy, (compiled_first or {}).get(k), e1, e2):
+                and not _closer_to_rolled(policy, c, e1, e2):
             out[k] = (f"{CALL} returned the first call's very bits, while eager's result moved beyond tolerance "
                       f"({int(row.vs_reference.mismatches)} of {e1.numel()} elements): the compiled artifact "
                       f"ignores its inputs (a result cache keyed on nothing, an output buffer never rewritten)")

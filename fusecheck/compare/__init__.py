@@ -225,7 +225,7 @@ def compare(result: torch.Tensor, reference: torch.Tensor, golden: torch.Tensor 
         ref_g = _digits_beside_zeros(ref_g, reference, golden, judged)
     verdict = judge(vs_reference=metrics["vs_reference"], vs_golden=metrics.get("vs_golden"),
                     reference_vs_golden=ref_g, tolerance=tol, policy=policy, exact=exact, exact_reason=exact_reason,
-                    dtype=judged, small_threshold=applied.small_threshold)
+                    dtype=judged, small_threshold=applied.small_threshold, abs_max=applied.abs_max)
     return Comparison(name, str(dtype).removeprefix("torch."), tuple(result.shape), verdict,
                       metrics["vs_reference"], metrics.get("vs_golden"), ref_g, notes=notes, applied=applied)
 

@@ -63,6 +63,17 @@ def _mean_rel_se(acc: dict[str, float]) -> float:
     return math.sqrt(var / n)
 
 
+def _scale_error(acc: dict[str, float]) -> float:
+    """|sum(N B) / sum(B^2) - 1|: the least-squares slope of N - B on B, N's systematic scale against B."""
+    return abs(acc["dot"] - acc["b_sq"]) / acc["b_sq"] if acc["b_sq"] > 0 else 0.0
+
+
+def _scale_error_unit_se(acc: dict[str, float]) -> float:
+    """sqrt(sum (N-B)^2) / sum(B^2): times the largest |B|, a bound on scale_error's standard error when the
+    element errors are independent (each one's weight in the slope is its |B| / sum(B^2))."""
+    return math.sqrt(acc["sq_err"]) / acc["b_sq"] if acc["b_sq"] > 0 else 0.0
+
+
 # name -> (one-line definition, function of the reduced accumulators)
 METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "rmse": ("sqrt(mean((N-B)^2)) over finite positions", lambda a: math.sqrt(_ratio(a["sq_err"], a["n_finite"]))),
@@ -72,6 +83,9 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
                  lambda a: _ratio(a["sum_rel"], a["n_big"])),
     "mean_rel_se": ("standard error of mean_rel (spread of RE over non-small |B|, / sqrt(count))", _mean_rel_se),
     "cosine": ("sum(N*B)/(|N||B|) (msprobe Cosine)", _cosine),
+    "scale_error": ("|sum(N*B)/sum(B^2) - 1|: N's systematic scale against B (least squares)", _scale_error),
+    "scale_error_unit_se": ("sqrt(sum (N-B)^2)/sum(B^2): scale_error's standard error per unit of max |B|",
+                            _scale_error_unit_se),
     "ulp_max": ("max ULP distance, msprobe eb=max(floor(log2|B|),min_eb)", lambda a: a["ulp_max"]),
     "ulp_mean": ("mean ULP distance", lambda a: _ratio(a["ulp_sum"], a["n_finite"])),
     "ulp_gt1_ratio": ("share of elements more than 1 ULP away", lambda a: _ratio(a["ulp_gt1"], a["n_finite"])),

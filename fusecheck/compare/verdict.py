@@ -13,7 +13,9 @@ Formula (per output; docs/verdict.md compares it with torch's `same(fp64_ref)` a
      gives at that octave's element count (compare/octaves.py), so one cancellation element cannot decide;
      the small-value error count and
      the mean relative error must also exceed their bounds significantly: a Poisson rate test and a
-     z-test on the standard errors of the means, each at alpha = 0.01)
+     z-test on the standard errors of the means, each at alpha = 0.01; the systematic scale, the error's
+     least-squares slope on the golden, ratio 2 with floor rtol/10, z-tested against the slope independent
+     element errors give)
      all hold -> PASS not_worse_than_eager, else FAIL worse_than_eager (each failed check is listed).
      Without a golden, step 4 failing is FAIL outside_tolerance.
 A PASS at step 4 whose error against the golden is well above eager's says so in its message (honest notes).
@@ -112,6 +114,8 @@ class Judged:
     numel: int
     dtype: torch.dtype | None = None
     small_threshold: float | None = None
+    abs_max: float | None = None  # the largest finite |eager|, |golden|: what bounds one element's weight
+
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,32 @@ def _digits_lost(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: 
                                                                                     reference, ctx)
 
 
+def _scale(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: Judged):
+    """Compiled's systematic scale against the golden, beta = sum(N g) / sum(g^2) - 1 (the least-squares slope of
+    its error on the golden), against eager's. A wrong norm epsilon, a scale factor off by 1%, a cast that
+    truncates: each moves every element the same way, which the RMSE ratio weighs no more than noise (an
+    epsilon of 1e-2 for 1e-5 in bf16 reached 2.2x eager's RMSE and passed). Noise has no slope: independent
+    element errors of RMSE s give |beta| a standard error of at most s sqrt(n) max|g| / sum(g^2) (each element's
+    weight is g / sum(g^2)), so the excess over `ratio` x eager's |beta| must be significant against both sides'
+    (scale_alpha), and at least rtol / 10 (the floor the mean relative error has). Errors that share a source are
+    not independent: a row failed here is judged again against eager's randomised-rounding family (settle)."""
+    if not ctx.abs_max or not math.isfinite(ctx.abs_max):
+        return 0.0, None
+    ratios = ctx.policy.ratios
+    ours, theirs = result.scale_error, reference.scale_error
+    floor = ctx.tolerance.rtol / 10
+    bound = ratios.scale * max(theirs, floor)
+    share = ours / bound if bound else (0.0 if ours == 0 else math.inf)
+    if ours <= bound:
+        return share, None
+    theirs_se = ratios.scale * reference.scale_error_unit_se if theirs >= floor else 0.0
+    se = ctx.abs_max * math.hypot(result.scale_error_unit_se, theirs_se)
+    if se > 0 and (ours - bound) / se <= NormalDist().inv_cdf(1 - ratios.scale_alpha):
+        return share, None
+    return share, (f"scale_error {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio {ratios.scale:g}; a "
+                   f"systematic scale, beyond the {se:.3g} that independent element errors give it)")
+
+
 RATIO_CHECKS: dict[str, RatioCheck] = {
     # torch.same's rule: rmse(res) <= m * rmse(ref) + tol / 10, with the policy's (scaled) atol as tol. The
     # added tenth of atol is the output's rounding granularity at the tensor's scale: an excess below it is
@@ -192,6 +222,8 @@ RATIO_CHECKS: dict[str, RatioCheck] = {
     # one check that a PASS within tolerance must also pass (judge's step 4)
     "digits_lost": RatioCheck("digits_lost", lambda r, n: r.digits_lost, lambda t, m: 1.0,
                               _count_significantly_worse, assess=_digits_lost),
+    # the systematic scale of the error (its slope on the golden), beyond what independent noise gives it
+    "scale_error": RatioCheck("scale_error", lambda r, n: r.scale, lambda t, m: t.rtol / 10, assess=_scale),
 }
 # checks whose failure the tolerance shortcut (step 4) does not override: an element that lost its digits is
 # within atol of eager exactly when it is small, which is where the other checks defer to atol
@@ -200,9 +232,10 @@ TOLERANCE_VETO = ("digits_lost",)
 
 def judge(*, vs_reference: Metrics, vs_golden: Metrics | None, reference_vs_golden: Metrics | None,
           tolerance: Tolerance, policy: Policy, exact: bool, exact_reason: str = "",
-          dtype: torch.dtype | None = None, small_threshold: float | None = None) -> Verdict:
+          dtype: torch.dtype | None = None, small_threshold: float | None = None,
+          abs_max: float | None = None) -> Verdict:
     n = int(vs_reference.numel)
-    ctx = Judged(tolerance, policy, n, dtype, small_threshold)
+    ctx = Judged(tolerance, policy, n, dtype, small_threshold, abs_max)
     if vs_reference.bitwise_equal == vs_reference.numel:
         return Verdict(Status.PASS, "bitwise_equal", "bitwise equal to eager")
     if exact or tolerance.exact:

@@ -125,6 +125,17 @@ def test_a_target_that_cannot_take_the_rolled_inputs_skips_that_probe_with_a_not
     assert r.exit_code == 0 and any("inputs rolled by one) raised" in n for n in r.notes), r.notes
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_a_mistyped_norm_epsilon_is_a_systematic_scale_and_fails(train):
+    """Epsilon 1e-2 for 1e-5 over unit-variance activations, bf16: every element ~0.5% small, at about 2x eager's
+    RMSE. The slope of the error on the golden names it; the same model compiled without the plant passes."""
+    target = "tests/planted/cases.py:norm_residual"
+    r = check(target, backend=PLANTED + "norm_eps_too_large", dtype="bf16", train=train)
+    assert r.exit_code == 1, [(row.name, row.verdict.code) for row in r.rows]
+    assert "scale_error" in " ".join(r.rows[0].verdict.failed_checks), r.rows[0].verdict.message
+    assert check(target, backend="aot_eager", dtype="bf16", train=train).exit_code == 0
+
+
 def test_more_calls_catch_an_artifact_wrong_only_after_warm_up():
     """Four calls cannot see an artifact that goes wrong from its fifth call; --calls N makes N calls and
     judges every result that differs from the first call's. A correct backend stays quiet with more calls."""

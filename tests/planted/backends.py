@@ -357,3 +357,15 @@ raises_on_call_2 = _raises_on_call(2)
 raises_on_call_3 = _raises_on_call(3)  # the call on other inputs (the inputs rolled by one)
 raises_on_call_4 = _raises_on_call(4)
 raises_on_call_5 = _raises_on_call(5)
+
+
+def norm_eps_too_large(gm, example_inputs):
+    """Every layer norm with epsilon 1e-2 instead of the model's (a constant mistyped in a fused norm kernel): a
+    systematic shrink of ~0.5% at unit variance, which the RMSE ratio weighs no more than noise."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.nn.functional.layer_norm:
+            args = list(node.args) + [None] * (5 - len(node.args))
+            args[4] = 1e-2
+            node.args, node.kwargs = tuple(args), {k: v for k, v in node.kwargs.items() if k != "eps"}
+    gm.recompile()
+    return gm.forward

@@ -663,3 +663,20 @@ class SortedInputOnly(nn.Module):
 def sorted_input_only():
     torch.manual_seed(0)
     return (SortedInputOnly(), (torch.randn(4, 16).sort(-1).values,))
+
+
+class NormResidual(nn.Module):
+    """A residual MLP closed by a layer norm over unit-variance activations: a wrong epsilon there is a systematic
+    scale of the output and of every gradient through it."""
+
+    def __init__(self, d: int = 64):
+        super().__init__()
+        self.a, self.b, self.ln = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln(x + self.b(nn.functional.gelu(self.a(x))))
+
+
+def norm_residual():
+    torch.manual_seed(0)
+    return (NormResidual(), (torch.randn(4, 24, 64),))
