@@ -65,3 +65,17 @@ def test_the_ratio_is_the_policys():
     loose = Policy(ratios=Ratios(scale=10.0))
     assert compare(compiled, eager, g, policy=loose).verdict.passed
     assert not compare(compiled, eager, g).verdict.passed
+
+
+def test_a_gradient_zero_in_exact_arithmetic_has_no_significant_slope():
+    """A key-bias gradient (softmax is shift-invariant): the golden is fp64 residue (~1e-17) and each run's error
+    is the rounding of terms that cancelled (~1e-3), so |beta| ~ 1e13 on both sides, at any ratio; the slope's
+    standard error grows with it (a red team's fewest-keys attention reached 21x the bound and passed). Compiled
+    6x noisier than eager (other checks may fail it; this one must not), 10 draws."""
+    over = 0
+    for seed in range(10):
+        g = 1e-17 * torch.randn(64, dtype=torch.float64, generator=_gen(seed))
+        c = compare(_noisy(g, 6e-3, 10 + seed), _noisy(g, 1e-3, 20 + seed), g)
+        over += c.verdict.margins["scale_error"] > 1
+        assert not any(f.startswith("scale_error") for f in c.verdict.failed_checks), c.verdict.failed_checks
+    assert over >= 5  # over the bound: the significance test is what keeps them quiet
