@@ -117,7 +117,6 @@ class Judged:
     abs_max: float | None = None  # the largest finite |eager|, |golden|: what bounds one element's weight
 
 
-
 @dataclass(frozen=True)
 class RatioCheck:
     """err(result) <= ratio * max(err(reference), floor), or with `additive` ratio * err(reference) + floor;
