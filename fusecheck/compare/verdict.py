@@ -79,8 +79,13 @@ def _mean_significantly_worse(ours: float, bound: float, theirs: float, ratio: f
     if ours <= bound:
         return False
     theirs_se = ratio * reference.mean_rel_se if ratio * theirs >= bound else 0.0  # not when the floor set it
-    se = math.hypot(result.mean_rel_se, theirs_se)
-    return se == 0 or (ours - bound) / se > NormalDist().inv_cdf(1 - ratios.mean_rel_alpha)
+    return _z_excess(ours, bound, result.mean_rel_se, theirs_se) > NormalDist().inv_cdf(1 - ratios.mean_rel_alpha)
+
+
+def _z_excess(ours: float, bound: float, se_ours: float, se_theirs: float) -> float:
+    """(ours - bound) in standard errors of both sides combined; infinite where neither side has a spread."""
+    se = math.hypot(se_ours, se_theirs)
+    return (ours - bound) / se if se else math.inf
 
 
 def _count_significantly_worse(ours: float, bound: float, theirs: float, ratio: float, ratios: Ratios,
@@ -182,17 +187,23 @@ def _scale(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: Judged
         return 0.0, None
     ratios = ctx.policy.ratios
     ours, theirs = result.scale_error, reference.scale_error
-    floor = ctx.tolerance.rtol / 10
-    bound = ratios.scale * max(theirs, floor)
+    bound, se, z = scale_excess(result, reference, check.floor(ctx.tolerance, reference), ctx.abs_max, ratios)
     share = ours / bound if bound else (0.0 if ours == 0 else math.inf)
-    if ours <= bound:
-        return share, None
-    theirs_se = ratios.scale * reference.scale_error_unit_se if theirs >= floor else 0.0
-    se = ctx.abs_max * math.hypot(result.scale_error_unit_se, theirs_se)
-    if se > 0 and (ours - bound) / se <= NormalDist().inv_cdf(1 - ratios.scale_alpha):
+    if ours <= bound or z <= NormalDist().inv_cdf(1 - ratios.scale_alpha):
         return share, None
     return share, (f"scale_error {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio {ratios.scale:g}; a "
                    f"systematic scale, beyond the {se:.3g} that independent element errors give it)")
+
+
+def scale_excess(result: Metrics, reference: Metrics, floor: float, abs_max: float,
+                 ratios: Ratios) -> tuple[float, float, float]:
+    """`_scale`'s test: (the bound on compiled's |beta|, the standard error of the two slopes combined, the
+    excess over the bound in those standard errors). Eager's side counts only where its slope, not the floor,
+    set the bound; `abs_max` bounds each element's weight (benchmarks/scale_significance.py reads these)."""
+    bound = ratios.scale * max(reference.scale_error, floor)
+    theirs = ratios.scale * reference.scale_error_unit_se if reference.scale_error >= floor else 0.0
+    ours_se, theirs_se = abs_max * result.scale_error_unit_se, abs_max * theirs
+    return bound, math.hypot(ours_se, theirs_se), _z_excess(result.scale_error, bound, ours_se, theirs_se)
 
 
 RATIO_CHECKS: dict[str, RatioCheck] = {
