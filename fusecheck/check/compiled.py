@@ -193,7 +193,10 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         except Exception as exc:
             if own or p.passes_through(exc) or (eager_rolled is None and not _eager_runs(eager_call)):
                 raise  # eager cannot run there either: the target cannot take these inputs (skipped below)
-            raise _CompiledCallFailed() from exc
+            # eager runs on these inputs and the compiled call did not: a crash on a later call is the compiler's
+            # (a launch failure, an illegal address), never a skipped probe and a PASS
+            raise CompileError(f"backend {p.backend.name!r} on {p.name!r}: {CALL} raised where eager runs on the "
+                               f"same inputs: {_one_line(exc)}") from exc
         screen.drop(rolled.lost)
         unchanged = {k for k, d in first.items() if rolled.digests.get(k) == d}
         if eager_rolled is not None:  # only these are read from here on: the rest is freed before eager re-runs
@@ -204,12 +207,7 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
         if eager_rolled is None and p.agree(bool(unchanged)):
             eager_rolled = eager_call()
     except Exception as exc:
-        if isinstance(exc, _CompiledCallFailed):
-            # eager runs on these inputs and the compiled call did not: a crash on a later call is the compiler's
-            # (a launch failure, an illegal address), never a skipped probe and a PASS
-            raise CompileError(f"backend {p.backend.name!r} on {p.name!r}: {CALL} raised where eager runs on the "
-                               f"same inputs: {_one_line(exc.__cause__)}") from exc.__cause__
-        if p.passes_through(exc):
+        if p.passes_through(exc) or isinstance(exc, CompileError):
             raise
         p.notes.append(f"the call on other inputs (the inputs rolled by one) raised {type(exc).__name__}: "
                        f"{str(exc)[:160]}; the check for a compiled call handing back stale results was skipped")
@@ -223,10 +221,6 @@ def _after_other_inputs(p: Pipeline, fn, cotangents, first: dict, capture: Graph
     differ = {k for k, d in first.items() if third.digests.get(k) != d}
     return ({k: v for k, v in third.differing.items() if k in differ},
             {k: AFTER_OTHER_INPUTS for k in differ if k in third.differing}, ignoring, screen.stats)
-
-
-class _CompiledCallFailed(Exception):
-    """The compiled call on the rolled inputs raised (its __cause__) where eager runs on them."""
 
 
 def _eager_runs(eager_call) -> bool:
