@@ -5,7 +5,7 @@
 Why: a row's `scale_error` margin in the JSON is its ratio to the bound, and on `--train` runs small gradients
 and key-bias gradients (zero in exact arithmetic) pass that bound often; the significance test decides. This
 prints, per row over the bound, z over the critical value (1 or more is a FAIL before the family settles it),
-the ratio, the element count and both slopes (compare/verdict.py `scale_excess`, the verdict's own test).
+the ratio, the element count and both slopes (compare/verdict.py `systematic_excess`, the verdict's own test).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fusecheck.case import load_target  # noqa: E402
 from fusecheck.check import run_check  # noqa: E402
-from fusecheck.compare.verdict import RATIO_CHECKS, scale_excess  # noqa: E402
+from fusecheck.compare.verdict import RATIO_CHECKS, systematic_excess  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
         if c is None or e is None or row.applied is None or not row.applied.abs_max:
             continue
         floor = RATIO_CHECKS["scale_error"].floor(row.applied.tolerance, e)
-        bound, _, z = scale_excess(c, e, floor, row.applied.abs_max, ratios)
+        bound, _, z = systematic_excess("scale_error", c, e, floor, row.applied.abs_max, ratios)
         out.append((z / critical, c.scale_error / bound if bound else math.inf, row.name, int(c.numel),
                     c.scale_error, e.scale_error, row.verdict.status.value))
     print(f"{args.target} {args.dtype} seed {args.seed}{' --train' if args.train else ''}: {report.status}")

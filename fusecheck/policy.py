@@ -102,6 +102,10 @@ class Ratios:
     # spread independent element errors give it (scale_alpha)
     scale: float = 2.0
     scale_alpha: float = 0.01
+    # compiled's constant offset against the golden (its mean error over rms(golden): a bias added twice, a shifted
+    # zero point) vs eager's, the same way (floor rtol / 10, offset_alpha)
+    offset: float = 2.0
+    offset_alpha: float = 0.01
     # report only: a PASS by tolerance whose compiled RMSE (against the golden) exceeds this many times
     # eager's says so in its message; eager's RMSE ratio to itself is 1, and 1.5 flags what is worth reading
     note_rmse: float = 1.5
@@ -272,7 +276,7 @@ class Policy:
 TOLERANCE_KEYS = frozenset({"rtol", "atol", "reason"})
 
 # For these ratio keys a smaller value admits more error (a significance level: smaller = harder to fail).
-LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha", "scale_alpha"}
+LOOSER_WHEN_SMALLER = {"small_value_alpha", "mean_rel_alpha", "max_rel_alpha", "scale_alpha", "offset_alpha"}
 
 _COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
 

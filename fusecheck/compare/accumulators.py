@@ -33,6 +33,7 @@ ACCUMULATORS: dict[str, Accumulator] = {
     "b_nan": Accumulator("sum", "NaN in B"),
     "nonfinite_mismatch": Accumulator("sum", "positions whose NaN/+Inf/-Inf class differs"),
     "sq_err": Accumulator("sum", "sum |N-B|^2 (finite)"),
+    "sum_err": Accumulator("sum", "sum (N-B), signed (finite)"),
     "max_abs": Accumulator("max", "max |N-B| (finite)"),
     # msprobe's benchmark standard leaves small values out of the relative errors (they are judged by
     # absolute error, in small_err): |B| near 0 would make RE meaningless
@@ -63,6 +64,24 @@ ACCUMULATORS: dict[str, Accumulator] = {
 
 # entries combined across chunks by sum (the others by max), in emission order
 SUM_COLUMNS = torch.tensor([a.combine == "sum" for a in ACCUMULATORS.values() for _ in range(a.size)])
+COLUMNS = [name for name, a in ACCUMULATORS.items() for _ in range(a.size)]  # each entry's accumulator
+# sums whose terms take both signs: their rounding is bounded through Cauchy-Schwarz by sums of squares
+# (|sum N B| <= sqrt(sum N^2 sum B^2), sum |N - B| <= sqrt(n sum (N-B)^2)), not by their own value, which cancels
+SIGNED_SUMS = {"dot": ("a_sq", "b_sq"), "sum_err": ("n_finite", "sq_err")}
+
+
+def rows_agree(got: torch.Tensor, want: torch.Tensor, rtol: float, sums: torch.Tensor | None = None) -> bool:
+    """Two cores' [pairs, entries] rows agree (a core's first-call self-check): to `rtol`, a signed sum to `rtol`
+    of its Cauchy-Schwarz bound; with `sums` (a column mask), the other entries (counts, maxima) exactly. Any
+    other shape (a vector of maxima) agrees to `rtol`."""
+    close = torch.isclose(got, want, rtol=rtol, atol=0.0, equal_nan=True)
+    rows = got.dim() == 2 and got.shape[1] == len(COLUMNS)
+    for name, (x, y) in SIGNED_SUMS.items() if rows else ():
+        i, a, b = COLUMNS.index(name), COLUMNS.index(x), COLUMNS.index(y)
+        close[:, i] |= (got[:, i] - want[:, i]).abs() <= rtol * (want[:, a] * want[:, b]).sqrt()
+    if sums is not None:
+        close = torch.where(sums, close, (got == want) | (got.isnan() & want.isnan()))
+    return bool(close.all())
 
 
 def iter_aligned_chunks(tensors: list[torch.Tensor], chunk_elems: int) -> Iterator[list[torch.Tensor]]:

@@ -74,6 +74,19 @@ def _scale_error_unit_se(acc: dict[str, float]) -> float:
     return math.sqrt(acc["sq_err"]) / acc["b_sq"] if acc["b_sq"] > 0 else 0.0
 
 
+def _offset_error(acc: dict[str, float]) -> float:
+    """|mean(N-B)| / rms(B): N's constant offset against B, in units of B's typical magnitude."""
+    den = math.sqrt(acc["n_finite"] * acc["b_sq"])
+    return abs(acc["sum_err"]) / den if den > 0 else 0.0
+
+
+def _offset_error_se(acc: dict[str, float]) -> float:
+    """sqrt(sum (N-B)^2 / (n sum B^2)): offset_error's standard error when the element errors are independent
+    (the mean of n errors of second moment sum (N-B)^2 / n, over rms(B))."""
+    den = acc["n_finite"] * acc["b_sq"]
+    return math.sqrt(acc["sq_err"] / den) if den > 0 else 0.0
+
+
 # name -> (one-line definition, function of the reduced accumulators)
 METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "rmse": ("sqrt(mean((N-B)^2)) over finite positions", lambda a: math.sqrt(_ratio(a["sq_err"], a["n_finite"]))),
@@ -86,6 +99,8 @@ METRICS: dict[str, tuple[str, Callable[[dict[str, float]], float]]] = {
     "scale_error": ("|sum(N*B)/sum(B^2) - 1|: N's systematic scale against B (least squares)", _scale_error),
     "scale_error_unit_se": ("sqrt(sum (N-B)^2)/sum(B^2): scale_error's standard error per unit of max |B|",
                             _scale_error_unit_se),
+    "offset_error": ("|mean(N-B)|/rms(B): N's constant offset against B", _offset_error),
+    "offset_error_se": ("sqrt(sum (N-B)^2/(n sum B^2)): offset_error's standard error", _offset_error_se),
     "ulp_max": ("max ULP distance, msprobe eb=max(floor(log2|B|),min_eb)", lambda a: a["ulp_max"]),
     "ulp_mean": ("mean ULP distance", lambda a: _ratio(a["ulp_sum"], a["n_finite"])),
     "ulp_gt1_ratio": ("share of elements more than 1 ULP away", lambda a: _ratio(a["ulp_gt1"], a["n_finite"])),

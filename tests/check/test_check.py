@@ -136,6 +136,28 @@ def test_a_mistyped_norm_epsilon_is_a_systematic_scale_and_fails(train):
     assert check(target, backend="aot_eager", dtype="bf16", train=train).exit_code == 0
 
 
+def test_a_constant_offset_on_a_weight_gradient_fails_where_the_rmse_ratio_passes():
+    """Every element of the qkv weight gradient shifted by 1% of its mean magnitude, bf16 --train: compiled's RMSE
+    1.6x eager's (under the limit of 2), no slope on the golden; the mean error names it. The same model compiled
+    without the plant passes."""
+    target = "fusecheck/builtin/transformer_block.py:build"
+    r = check(target, backend=PLANTED + "weight_grad_offset", dtype="bf16", train=True)
+    assert r.exit_code == 1, [(row.name, row.verdict.code) for row in r.rows]
+    failed = [row for row in r.rows if not row.verdict.passed]
+    assert [row.name for row in failed] == ["grad.qkv.weight"], [row.name for row in failed]
+    assert [f.split(" ", 1)[0] for f in failed[0].verdict.failed_checks] == ["offset_error"], failed[0].verdict.message
+    assert check(target, backend="aot_eager", dtype="bf16", train=True).exit_code == 0
+
+
+def test_an_offset_within_the_tolerance_of_eager_passes_and_says_the_golden_check_would_fail():
+    """2e-3 added after a bf16 layer norm: within atol (5e-3) of eager everywhere, so the policy's tolerance
+    decides (PASS), and the message names the offset the golden check found: honest, never silent."""
+    r = check("tests/planted/cases.py:norm_residual", backend=PLANTED + "norm_output_offset", dtype="bf16")
+    assert r.exit_code == 0 and r.rows[0].verdict.code == "within_tolerance", r.rows[0].verdict.message
+    message = r.rows[0].verdict.message
+    assert "the golden checks alone would fail" in message and "; offset_error " in message, message
+
+
 def test_more_calls_catch_an_artifact_wrong_only_after_warm_up():
     """Four calls cannot see an artifact that goes wrong from its fifth call; --calls N makes N calls and
     judges every result that differs from the first call's. A correct backend stays quiet with more calls."""

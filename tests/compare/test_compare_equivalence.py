@@ -50,8 +50,8 @@ REL = {"mean_rel_se": 1e-6}
 
 
 # metrics added after the reference was frozen, derived from accumulators it has (dot, b_sq, sq_err): checked
-# against direct formulas in tests/compare/test_scale_error.py
-SINCE_REFERENCE = {"scale_error", "scale_error_unit_se"}
+# against direct formulas in tests/compare/test_scale_error.py and test_offset_error.py
+SINCE_REFERENCE = {"scale_error", "scale_error_unit_se", "offset_error", "offset_error_se"}
 
 
 def _same(a: dict, b: dict, where: str) -> None:
@@ -110,7 +110,10 @@ def test_verdicts_match_the_per_pair_core(dtype):
         assert got.applied.abs_max == abs_max
         thr, tol = got.applied.small_threshold, got.applied.tolerance
         kw = dict(ulp_dtype=dtype, rtol=tol.rtol, atol=tol.atol, small_threshold=thr, chunk_elems=1000)
-        m = old.multi_pair_metrics({"r": (res, ref), "g": (res, g), "rg": (ref, g)}, **kw)
+        pairs = {"r": (res, ref), "g": (res, g), "rg": (ref, g)}
+        m = old.multi_pair_metrics(pairs, **kw)
+        for key, new in multi_pair_metrics(pairs, **kw).items():  # what the reference cannot derive, from the new core
+            m[key].values.update({k: new.values[k] for k in SINCE_REFERENCE})
         want = judge(vs_reference=m["r"], vs_golden=m["g"], reference_vs_golden=m["rg"], tolerance=tol,
                      policy=policy, exact=False, exact_reason="", dtype=dtype, small_threshold=thr)
         assert (got.verdict.status, got.verdict.code) == (want.status, want.code), trial

@@ -369,3 +369,45 @@ def norm_eps_too_large(gm, example_inputs):
             node.args, node.kwargs = tuple(args), {k: v for k, v in node.kwargs.items() if k != "eps"}
     gm.recompile()
     return gm.forward
+
+
+def norm_output_offset(gm, example_inputs):
+    """Every layer norm's output shifted by 2e-3 (a fused norm kernel that adds a bias term twice, or a zero point
+    off by a quarter of a bf16 step): about eager's own bf16 error, no slope on the golden, so neither the RMSE
+    ratio nor the scale sees it; every element moves the same way."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.nn.functional.layer_norm:
+            with gm.graph.inserting_after(node):
+                shifted = gm.graph.call_function(torch.add, (node, 2e-3))
+            node.replace_all_uses_with(shifted, delete_user_cb=lambda user: user is not shifted)
+    gm.recompile()
+    return gm.forward
+
+
+class _GradOffset(torch.autograd.Function):
+    """Identity forward; the backward adds 1% of the gradient's mean magnitude to every element."""
+
+    @staticmethod
+    def forward(ctx, w):
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad + 0.01 * grad.abs().mean()
+
+
+def _grad_offset(w):
+    return _GradOffset.apply(w)
+
+
+def weight_grad_offset(gm, example_inputs):
+    """The first linear layer's weight gradient shifted by 1% of its mean magnitude on every element (a fused
+    backward whose accumulator starts from a stale value): under the RMSE ratio, no slope on the golden."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch._C._nn.linear:
+            with gm.graph.inserting_before(node):
+                shifted = gm.graph.call_function(_grad_offset, (node.args[1],))
+            node.args = (node.args[0], shifted, *node.args[2:])
+            break
+    gm.recompile()
+    return gm.forward

@@ -24,7 +24,7 @@ enum kind { K_F64 = 0, K_F32 = 1, K_F16 = 2, K_BF16 = 3 };
 enum slot {
     S_N_FINITE, S_A_NONFINITE, S_B_NONFINITE, S_B_NAN, S_NONFINITE_MISMATCH, S_SQ_ERR, S_MAX_ABS, S_MAX_REL,
     S_SUM_REL, S_SQ_REL, S_N_BIG, S_DOT, S_A_SQ, S_B_SQ, S_ULP_MAX, S_ULP_SUM, S_ULP_GT1, S_SMALL_N,
-    S_SMALL_ERR, S_SMALL_MAX_ABS, S_REL_LT_1E3, S_REL_LT_5E3, S_MISMATCHES, S_BITS_EQUAL,
+    S_SMALL_ERR, S_SMALL_MAX_ABS, S_REL_LT_1E3, S_REL_LT_5E3, S_MISMATCHES, S_BITS_EQUAL, S_SUM_ERR,
     S_OCTAVE_N, S_OCTAVE_MAX_ABS = S_OCTAVE_N + OCTAVES, N_SLOTS = S_OCTAVE_MAX_ABS + OCTAVES
 };
 
@@ -140,14 +140,14 @@ pair_block_impl(const double *restrict A, const double *restrict B, int64_t n, c
                 double *restrict row, const int finite_only) {
     double n_finite = 0, a_nf = 0, b_nf = 0, b_nan = 0, nf_mis = 0, sq_err = 0, max_abs = 0, max_rel = 0;
     double sum_rel = 0, sq_rel = 0, n_big = 0, dot = 0, a_sq = 0, b_sq = 0, ulp_max = 0, ulp_sum = 0;
-    double ulp_gt1 = 0, small_n = 0, small_err = 0, small_max = 0, rel3 = 0, rel5 = 0, mism = 0;
+    double ulp_gt1 = 0, small_n = 0, small_err = 0, small_max = 0, rel3 = 0, rel5 = 0, mism = 0, sum_err = 0;
     const double rtol = P->rtol, atol = P->atol, thr = P->small_threshold, small_atol = P->small_atol;
     const int64_t mant = P->mant, min_eb = P->min_eb, obase = P->octave_base;
     int32_t oct[BLOCK];
     double err[BLOCK];
     int64_t i;
 #pragma omp simd reduction(+ : n_finite, a_nf, b_nf, b_nan, nf_mis, sq_err, sum_rel, sq_rel, n_big, dot, \
-                           a_sq, b_sq, ulp_sum, ulp_gt1, small_n, small_err, rel3, rel5, mism)          \
+                           a_sq, b_sq, ulp_sum, ulp_gt1, small_n, small_err, rel3, rel5, mism, sum_err)          \
     reduction(max : max_abs, max_rel, ulp_max, small_max)
     for (i = 0; i < n; i++) {
         double a = A[i], b = B[i];
@@ -178,6 +178,7 @@ pair_block_impl(const double *restrict A, const double *restrict B, int64_t n, c
         b_nan += nb;
         nf_mis += mis_nf;
         sq_err += d * d;
+        sum_err += af - bf;
         max_abs = d > max_abs ? d : max_abs;
         max_rel = rel_big > max_rel ? rel_big : max_rel;
         sum_rel += rel_big;
@@ -240,6 +241,7 @@ pair_block_impl(const double *restrict A, const double *restrict B, int64_t n, c
     row[S_REL_LT_1E3] += rel3;
     row[S_REL_LT_5E3] += rel5;
     row[S_MISMATCHES] += mism;
+    row[S_SUM_ERR] += sum_err;
     for (i = 0; i < OCTAVES; i++) {
         row[S_OCTAVE_N + i] += cnt[i];
         double *m = &row[S_OCTAVE_MAX_ABS + i];

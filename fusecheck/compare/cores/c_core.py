@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from fusecheck.compare.accumulators import ACCUMULATORS, iter_aligned_chunks
+from fusecheck.compare.accumulators import ACCUMULATORS, iter_aligned_chunks, rows_agree
 from fusecheck.compare.cores import torch_core
 
 ENV = "FUSECHECK_CPU_CORE"  # "0": off (the torch core); on by default
@@ -50,7 +50,7 @@ KINDS = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3
 SLOTS = ("n_finite", "a_nonfinite", "b_nonfinite", "b_nan", "nonfinite_mismatch", "sq_err", "max_abs",
          "max_rel", "sum_rel", "sq_rel", "n_big", "dot", "a_sq", "b_sq", "ulp_max", "ulp_sum", "ulp_gt1",
          "small_n", "small_err", "small_max_abs", "rel_lt_1e-3", "rel_lt_5e-3", "mismatches", "bits_equal",
-         "octave_n", "octave_max_abs")
+         "sum_err", "octave_n", "octave_max_abs")
 PARALLEL_MIN = 1 << 16  # elements per piece at least (a thread start or a C call costs more below)
 CALL_ELEMS = 1 << 22  # elements per C call at most: Ctrl-C is seen between calls (~50 ms each)
 PIECES_PER_THREAD = 8  # pieces handed out in turn: on a shared machine a slowed thread takes fewer
@@ -287,7 +287,7 @@ def _rows(lib, tensors, pairs, fparams, iparams) -> torch.Tensor:
 
 
 def _agree(fast: torch.Tensor, reference: torch.Tensor) -> bool:
-    return bool(torch.allclose(fast, reference, rtol=SUM_TOL, atol=0.0, equal_nan=True))
+    return rows_agree(fast, reference, SUM_TOL)
 
 
 def walk(tensors: list[torch.Tensor], pairs: tuple[tuple[int, int], ...], device: torch.device,

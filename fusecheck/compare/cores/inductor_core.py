@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from fusecheck.compare.accumulators import rows_agree
 from fusecheck.compare.cores import torch_core
 
 ENV = "FUSECHECK_COMPILED_COMPARE"  # "1" on; unset or "0": off (opt-in until the H200 numbers say it pays)
@@ -45,7 +46,7 @@ def chunk_elems(device: torch.device) -> int:
 
 
 def _agree(compiled: torch.Tensor, eager: torch.Tensor) -> bool:
-    return bool(torch.allclose(compiled, eager, rtol=SUM_TOL, atol=0.0, equal_nan=True))
+    return rows_agree(compiled, eager, SUM_TOL)
 
 
 def _compile(fn: Callable, raws: list[torch.Tensor], consts: tuple, params: tuple) -> Callable:

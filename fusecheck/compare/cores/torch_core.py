@@ -103,6 +103,7 @@ def _pair(a: torch.Tensor, b: torch.Tensor, a_raw: torch.Tensor, b_raw: torch.Te
         "b_nan": _count(torch.isnan(b), acc),
         "nonfinite_mismatch": _count(mismatch_nf, acc),
         "sq_err": (absdiff * absdiff).sum(),
+        "sum_err": (af - bf).sum(),
         "max_abs": absdiff.amax(),
         "max_rel": rel_big.amax(),
         "sum_rel": rel_big.sum(),

@@ -35,8 +35,8 @@ import warnings
 import numpy
 import torch
 
-from fusecheck.compare.accumulators import (ACCUMULATORS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES, SUM_COLUMNS,
-                                            iter_aligned_chunks)
+from fusecheck.compare.accumulators import (ACCUMULATORS, COLUMNS, DEFAULT_CHUNK_ELEMS, EPS, OCTAVES,
+                                            SUM_COLUMNS, iter_aligned_chunks, rows_agree)
 from fusecheck.compare.cores import torch_core
 
 OCT_BINS = 64  # a power of two >= OCTAVES (tl.histogram, tl.gather)
@@ -44,7 +44,7 @@ EXACT_LOG_BELOW = -1022  # an octave base below the normal range needs exact exp
 # per pair, in the kernel's output order
 COUNTS = ("n_finite", "nonfinite_mismatch", "ulp_gt1", "small_n", "small_err", "rel_ge_1e-3", "rel_ge_5e-3",
           "mismatches", "bits_equal")  # rel >= c implies a finite position: rel_lt_c = n_finite - rel_ge_c
-SUMS = ("sq_err", "sum_rel", "sq_rel", "dot", "a_sq", "b_sq", "ulp_sum")
+SUMS = ("sq_err", "sum_rel", "sq_rel", "dot", "a_sq", "b_sq", "ulp_sum", "sum_err")
 MAXES = ("max_abs", "max_rel", "ulp_max", "small_max_abs")
 # per tensor: NaN/Inf and NaN counts (shared by the pairs that read the tensor)
 TENSOR_COUNTS = ("nonfinite", "nan")
@@ -487,17 +487,11 @@ def _agrees(raws, pairs, fconsts, ints, fparams, iparams) -> bool:
     got = _raw_partials(raws, pairs, fconsts, ints)
     want = torch_core.chunk_partials(raws, pairs, torch.float64, fparams.to(raws[0].device),
                                 iparams.to(raws[0].device)).cpu()
-    exact = (got == want) | (got.isnan() & want.isnan())
-    close = torch.isclose(got, want, rtol=SUM_RTOL, atol=0.0, equal_nan=True)
-    # sum(N*B) alone has terms of both signs: its rounding is bounded by |N||B| (Cauchy-Schwarz), not by itself
-    dot, a_sq, b_sq = (_column(name) for name in ("dot", "a_sq", "b_sq"))
-    close[:, dot] |= (got[:, dot] - want[:, dot]).abs() <= SUM_RTOL * (want[:, a_sq] * want[:, b_sq]).sqrt()
-    return bool(torch.where(FLOAT_SUM_COLUMNS, close, exact).all())
+    return rows_agree(got, want, SUM_RTOL, FLOAT_SUM_COLUMNS)
 
 
 def _column(name: str) -> int:
-    names = [n for n, a in ACCUMULATORS.items() for _ in range(a.size)]
-    return names.index(name)
+    return COLUMNS.index(name)
 
 
 def _takes(tensors: list[torch.Tensor], pairs, acc: torch.dtype, fparams: torch.Tensor) -> bool:

@@ -81,7 +81,8 @@ def _accumulate(c, s, t, omax, records, odd, d, q, ulp, ua, ub, xa, xb, bside, c
          c[3] + _two(q >= c5, d > tol), c[4])
     if SAME:
         c = c[:4] + (c[4] + (_bits(xa) == _bits(xb)).to(tl.int32),)
-    s = (tl.fma(d, d, s[0]), s[1] + rel_big, tl.fma(rel_big, rel_big, s[2]), tl.fma(ua, ub, s[3]), s[4] + ulp)
+    s = (tl.fma(d, d, s[0]), s[1] + rel_big, tl.fma(rel_big, rel_big, s[2]), tl.fma(ua, ub, s[3]), s[4] + ulp,
+         s[5] + (ua - ub))
     if records != 0:
         if (records & 2) != 0:
             t = _new_records(t, d, ulp, bside, tiny, slack)
@@ -109,7 +110,7 @@ def _store_fast(c, ordinary, s, t, hist, omax, tsq_a, tsq_b, cnt_ptr, sum_ptr, m
     """This program's partials of one pair, in partials_kernel's layout (_store_pair)."""
     c = (c[0] + ordinary,) + c[1:]  # every lane of an ordinary tile is finite in both: n_finite, no NaN mismatch
     zf = tl.zeros_like(s[0])  # the records as lanes: their maximum over lanes is themselves
-    _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]), hist,
+    _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4], s[5]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]), hist,
                 omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j, NC, OB, WI, WF)
 
 
@@ -118,7 +119,7 @@ def _fresh(BLOCK: tl.constexpr, OB: tl.constexpr):
     zi = tl.zeros([BLOCK], tl.int32)
     zf = tl.zeros([BLOCK], tl.float64)
     z = tl.sum(zf, axis=0)  # an fp64 scalar 0 (a Python 0.0 would be typed fp32)
-    return ((zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf), (z, z, z, z, z), tl.zeros([OB], tl.int32),
+    return ((zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf), (z, z, z, z, z), tl.zeros([OB], tl.int32),
             tl.zeros([OB], tl.float64))
 
 

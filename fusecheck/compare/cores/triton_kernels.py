@@ -162,7 +162,7 @@ def _pair(c, s, m, omax, ua, ub, xa, xb, fa, fb, ca, cb, bside, valid, small_ato
         c = c[:4] + (c[4] + (valid & (_bits(xa) == _bits(xb))).to(tl.int32),)
     # sums may round differently from torch's (an FMA, another order): "to fp64 rounding", as documented
     s = (tl.fma(d, d, s[0]), s[1] + rel_big, tl.fma(rel_big, rel_big, s[2]), tl.fma(af, bf, s[3]),
-         tl.fma(af, af, s[4]), tl.fma(bf, bf, s[5]), s[6] + ulp)
+         tl.fma(af, af, s[4]), tl.fma(bf, bf, s[5]), s[6] + ulp, s[7] + (af - bf))
     m = (_max(m[0], d), _max(m[1], rel_big), _max(m[2], ulp), _max(m[3], tl.where(small, d, 0.0)))
     cand = big & (d > tl.gather(omax, octave, 0))  # beats its octave's running maximum
     return c, s, m, big, cand, octave, d
@@ -190,7 +190,7 @@ def _store_pair(c, s, m, hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_p
 def _zeros_pair(BLOCK: tl.constexpr, OB: tl.constexpr):
     zi = tl.zeros([BLOCK], tl.int32)
     zf = tl.zeros([BLOCK], tl.float64)
-    return ((zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf, zf), (zf, zf, zf, zf),
+    return ((zi, zi, zi, zi, zi), (zf, zf, zf, zf, zf, zf, zf, zf), (zf, zf, zf, zf),
             tl.zeros([OB], tl.int32), tl.zeros([OB], tl.float64))
 
 

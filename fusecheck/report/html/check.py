@@ -17,7 +17,8 @@ from fusecheck.report.html.page import (COMPILED, EAGER, LEGEND, STATUS_COLORS, 
 CARD_LIMIT = 24   # more rows than this: the model-scale summary, cards for the worst only
 WORST_CARDS = 12
 METRICS = [("rmse", "rmse"), ("mean rel", "mean_rel"), ("max rel", "max_rel"), ("max abs", "max_abs"),
-           ("max ULP", "ulp_max"), ("scale error", "scale_error")]
+           ("max ULP", "ulp_max"), ("scale error", "scale_error"),
+           ("offset error", "offset_error")]
 
 
 def _status(row: dict) -> str:
