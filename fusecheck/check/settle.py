@@ -26,6 +26,14 @@ from fusecheck.check.rows import Doubt, RowJudge, per_element_only
 
 NOISE_BAND_RUNS = 8  # K randomised-rounding eager runs: the band is the max of K + 1 draws per element; K = 8
 # keeps a lone bf16 element at twice its value caught (K = 4 needs eight such elements; noise_band.py)
+# A row the band clears near its limit (margin >= ESCALATE_MARGIN: a count within a factor 4 of failing) is judged
+# again with ESCALATE_RUNS more runs: the null tail falls as (r / T)^(K + 1), so at K = 32 a lone element ~10x
+# beyond its band (one bf16 element 10% off where eager's noise is ~1%) is significant where at K = 8 it is not.
+# Two tests at alpha each: the false-alarm rate stays <= 2 alpha. Only while the extra runs are cheap (their
+# estimated time at most ESCALATE_SECONDS, from the first K runs), else the report says it was not done.
+ESCALATE_RUNS = 24
+ESCALATE_MARGIN = 0.25
+ESCALATE_SECONDS = 60.0
 
 OUTCOMES = {  # how a doubted row ended, as the report's note counts them
     "family": "not worse than eager's family",
@@ -36,29 +44,48 @@ OUTCOMES = {  # how a doubted row ended, as the report's note counts them
 }
 
 
-def settle(judge: RowJudge, measure: Callable[[Iterable[str]], Spread]) -> list[str]:
-    """Re-judge `judge.doubtful` rows against eager's family and noise band; `measure(names)` runs the
-    perturbed eager runs (keeping each run's difference: `Spread.diffs`). Returns the report's notes; the
-    doubts are consumed."""
+def settle(judge: RowJudge, measure: Callable[[Iterable[str], int, int], Spread]) -> list[str]:
+    """Re-judge `judge.doubtful` rows against eager's family and noise band; `measure(names, runs, first_run)`
+    runs that many perturbed eager runs from that seed index (keeping each run's difference: `Spread.diffs`).
+    Returns the report's notes; the doubts are consumed."""
     if not judge.doubtful:
         return []
-    spread = measure(sorted(judge.doubtful))
-    outcomes: Counter[str] = Counter()
-    for name, doubt in judge.doubtful.items():
-        row = judge.rows.get(name)
-        if row is None:
-            continue
-        outcome = _settle_row(row, doubt, spread, judge, name)
-        outcomes[outcome] += 1
-        if outcome != "failed" and name in judge.compiled_noisy:
+    spread = measure(sorted(judge.doubtful), NOISE_BAND_RUNS, 0)
+    doubted = {name: (row, doubt, row.verdict) for name, doubt in judge.doubtful.items()
+               if (row := judge.rows.get(name)) is not None}
+    outcome = {name: _settle_row(row, doubt, spread, judge, name) for name, (row, doubt, _) in doubted.items()}
+    notes = _escalate(doubted, outcome, spread, judge, measure)
+    for name, (row, _, _) in doubted.items():
+        if outcome[name] != "failed" and name in judge.compiled_noisy:
             row.notes.append("compiled output changed between two runs with the same inputs; both runs are judged "
                              "against the golden and neither is worse than eager")
-    doubted = len(judge.doubtful)
     judge.doubtful.clear()  # the eager, golden and compiled tensors they held are released here
+    outcomes = Counter(outcome.values())
     counts = ", ".join(f"{outcomes[k]} {text}" for k, text in OUTCOMES.items() if outcomes[k])
-    notes = [f"settling: {doubted} row(s) failed by the golden checks against eager's one run were judged "
-             f"again against {spread.runs} randomised-rounding eager runs: {counts}"]
+    notes.insert(0, f"settling: {len(doubted)} row(s) failed by the golden checks against eager's one run were "
+                    f"judged again against {spread.runs} randomised-rounding eager runs: {counts}")
     return notes + list(spread.notes)
+
+
+def _escalate(doubted: dict, outcome: dict[str, str], spread: Spread, judge: RowJudge, measure) -> list[str]:
+    """Rows the noise band cleared near its limit, settled again with ESCALATE_RUNS more runs (updates
+    `outcome`); the note says what was done or why not."""
+    close = sorted(name for name, (row, _, _) in doubted.items()
+                   if outcome[name] == "band" and row.verdict.margins.get("noise_band", 0.0) >= ESCALATE_MARGIN)
+    if not close:
+        return []
+    cost = spread.seconds.get("perturbed", 0.0) * ESCALATE_RUNS / max(spread.runs, 1)
+    if cost > ESCALATE_SECONDS:
+        return [f"{len(close)} row(s) within the noise band near its limit were not judged again with "
+                f"{ESCALATE_RUNS} more randomised runs (about {cost:.0f} s)"]
+    merged = spread.merged(measure(close, ESCALATE_RUNS, spread.runs))
+    for name in close:
+        row, doubt, before = doubted[name]
+        row.verdict = before
+        outcome[name] = _settle_row(row, doubt, merged, judge, name)
+    failed = sum(outcome[name] == "failed" for name in close)
+    return [f"{len(close)} row(s) within the noise band near its limit were judged again against {merged.runs} "
+            f"randomised-rounding eager runs: {failed} beyond it"]
 
 
 def _settle_row(row: Comparison, doubt: Doubt, spread: Spread, judge: RowJudge, name: str) -> str:

@@ -35,7 +35,7 @@ from fusecheck.policy import Policy
 from fusecheck.check.precision_notes import pinned_fp32, pinned_note
 from fusecheck.check.signature import model_signature
 from fusecheck.check.rolled import ROLLED_NOISE_RUNS, settle_rolled
-from fusecheck.check.settle import NOISE_BAND_RUNS, settle
+from fusecheck.check.settle import settle
 from fusecheck.golden.streamed.per_block import BlockRecorder, judge_blocks, replay_compiled
 from fusecheck.golden.streamed.plan import NO_STACK, BlockPlan, make_plan
 from fusecheck.cli.watchdog import phase
@@ -158,8 +158,8 @@ def _check(case: Case, opts: CheckOptions) -> CheckReport:
             phase(f"measuring eager's per-element noise band on {len(judge.doubtful)} row(s) of {p.name!r}")
             doubt_eager = {n: d.eager for n, d in judge.doubtful.items()}
             with p.measured("noise band"):
-                notes += settle(judge, lambda names: eager_spread(
-                    prepared.model, prepared, runs=NOISE_BAND_RUNS, train=opts.train, cotangents=cotangents,
+                notes += settle(judge, lambda names, runs, first: eager_spread(
+                    prepared.model, prepared, runs=runs, first_run=first, train=opts.train, cotangents=cotangents,
                     state=state[0], names=names, seed=opts.seed, eager=doubt_eager))
         rolled = other_inputs(prepared) if judge.rolled_doubts else None
         if rolled is not None:  # the rolled call's runs made their cotangents from the seed: these do too

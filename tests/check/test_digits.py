@@ -40,7 +40,7 @@ def _row(digit_err: float, no_digit_err: float, tiny_err: float, seed: int = 0):
     spread = Spread(runs=K)
     spread["grad.w"] = torch.stack([d.abs() for d in diffs]).amax(0)
     spread.diffs["grad.w"] = diffs
-    notes = settle(judge, lambda names: spread)
+    notes = settle(judge, lambda names, runs, first: spread)
     return judge.rows["grad.w"], notes
 
 

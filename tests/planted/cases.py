@@ -680,3 +680,20 @@ class NormResidual(nn.Module):
 def norm_residual():
     torch.manual_seed(0)
     return (NormResidual(), (torch.randn(4, 24, 64),))
+
+
+class NormThenLinear(nn.Module):
+    """A layer norm, then a linear: the norm's input gradient is three terms that cancel (dy, its mean, and x-hat
+    times mean(dy x-hat)), so eager's bf16 noise differs from element to element far more than the values do."""
+
+    def __init__(self, d: int = 256):
+        super().__init__()
+        self.ln, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.fc(self.ln(x))
+
+
+def norm_then_linear():
+    torch.manual_seed(0)
+    return (NormThenLinear(), (torch.randn(32, 256, requires_grad=True),))

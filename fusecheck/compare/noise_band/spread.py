@@ -47,6 +47,24 @@ class Spread(dict):
             return self.first[name], self.rest[name]
         return None
 
+    def merged(self, more: "Spread") -> "Spread":
+        """This spread and `more` (further runs of the same eager, other seeds) as one of `runs` + `more.runs`
+        runs, on the names both have: the max of the spreads, every run's difference, and the calibration pair
+        with `more`'s runs among the others (the first run stays the one elements are selected on)."""
+        out = Spread(runs=self.runs + more.runs, how=self.how)
+        out.seconds = {k: self.seconds.get(k, 0.0) + more.seconds.get(k, 0.0) for k in {*self.seconds, *more.seconds}}
+        out.notes, out.pinned = [*self.notes, *(n for n in more.notes if n not in self.notes)], self.pinned + more.pinned
+        for name in self.keys() & more.keys():
+            if self[name].shape != more[name].shape:
+                continue
+            out[name] = torch.maximum(self[name], more[name])
+            out.diffs[name] = [*self.diffs.get(name, []), *more.diffs.get(name, [])]
+            cal = self.calibration(name)
+            if cal is not None:
+                out.first[name] = cal[0]
+                out.rest[name] = torch.maximum(cal[1], more[name].to(cal[1].dtype))
+        return out
+
 
 def _floating(results: dict[str, torch.Tensor], names: Iterable[str] | None) -> dict[str, torch.Tensor]:
     keep = set(names) if names is not None else None
@@ -81,7 +99,7 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
                  names: Iterable[str] | None = None, seed: int = 0, dtype: torch.dtype | None = None,
                  eager: dict[str, torch.Tensor] | None = None, pin_decisions: bool = True,
                  reassociate: bool = True, flip: float = 0.125, how: str = "ops",
-                 keep_runs: bool | None = None, decompose: bool = True) -> Spread:
+                 keep_runs: bool | None = None, decompose: bool = True, first_run: int = 0) -> Spread:
     """Per-element rounding-noise spread of eager: `runs` (K) extra runs of `fusecheck.runs.execute.run_once(
     model_fn, case, train=..., cotangents=..., state=...)` under `RandomRounding` (module docstring), each
     result's spread = max over the K runs of |perturbed - eager|.
@@ -97,7 +115,8 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     and parameters by their last bit instead of the ops (an alternative to compare; needs parameters small
     enough to be snapshot). `keep_runs`: keep each run's signed difference from eager in `Spread.diffs`
     (None: when `names` is given, i.e. for the few rows a caller asked about). `decompose`: composite ops run
-    as their decompositions (`RandomRounding`; False: output rounding only, for comparison)."""
+    as their decompositions (`RandomRounding`; False: output rounding only, for comparison). `first_run`: the
+    index of the first run's seed, so that more runs of the same series (`Spread.merged`) draw other seeds."""
     if runs < 1:
         raise ValueError("eager_spread needs at least one perturbed run")
     if how not in ("ops", "inputs"):
@@ -105,7 +124,7 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
     state = state if state is not None else state_snapshot(case)
     kw = dict(runs=runs, train=train, cotangents=cotangents, state=state, names=names, seed=seed, dtype=dtype,
               eager=eager, pin_decisions=pin_decisions, reassociate=reassociate, flip=flip, how=how,
-              keep_runs=names is not None if keep_runs is None else keep_runs)
+              keep_runs=names is not None if keep_runs is None else keep_runs, first_run=first_run)
     try:
         try:
             return _spread(model_fn, case, decompose=decompose, **kw)
@@ -122,7 +141,7 @@ def eager_spread(model_fn: Callable, case: Case, *, runs: int = 4, train: bool =
 
 
 def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtype, eager, pin_decisions,
-            reassociate, flip, how, keep_runs=False, decompose=True) -> Spread:
+            reassociate, flip, how, keep_runs=False, decompose=True, first_run=0) -> Spread:
     out = Spread(runs=runs, how=how)
     recording = None
     t0 = time.perf_counter()
@@ -156,7 +175,7 @@ def _spread(model_fn, case, *, runs, train, cotangents, state, names, seed, dtyp
     spreads: dict[str, torch.Tensor] = {}
     broken = set()
     for k in range(runs):
-        run_seed = perturbed_run_seed(seed, k, int(how == "inputs"))
+        run_seed = perturbed_run_seed(seed, first_run + k, int(how == "inputs"))
         if how == "ops":
             mode = RandomRounding(run_seed, flip=flip, reassociate=reassociate, replay=recording, dtype=dtype,
                                   decompose=decompose)
