@@ -16,7 +16,9 @@ eager-like result whose error is an independent draw at c / sqrt 3 <= 1 times ea
 than eager, so a 3x-noisier compile still fails where eager's draw was typical, and a lucky draw is
 outvoted by K others. Per aggregate metric (RMSE, mean relative error, small-value counts) the family's
 value is the worse of eager's and the median over the q_k (the median: one run that crossed a decision does
-not carry the rest). The per-element metrics keep eager's own values: the noise band judges them.
+not carry the rest). The per-element metrics keep eager's own values: the noise band judges them. The
+systematic checks (scale, offset) also get eager's measured spread of their signed value over the K runs
+(`NOISE_SUFFIX`): errors that share a source are few draws, which no independent-element formula sees.
 
 No significant digits. Where the family's typical RMSE reaches the golden's own RMS, eager has no
 significant digit in that tensor (Monte Carlo arithmetic's criterion, CADNA's "numerical noise"): a relative
@@ -33,6 +35,7 @@ import torch
 
 from fusecheck.compare import Status, Verdict, compare
 from fusecheck.compare.metrics import OCTAVE_PREFIX, Metrics
+from fusecheck.compare.verdict import NOISE_SUFFIX, SYSTEMATIC
 from fusecheck.policy import Policy
 
 FAMILY_SCALE = math.sqrt(3.0)  # the largest c the perturbation model predicts: q_k is never noisier than eager
@@ -98,6 +101,10 @@ def family_of(base: Metrics, golden: torch.Tensor, diffs: list[torch.Tensor], po
         if others:
             med = statistics.median(others)
             values[k] = min(v, med) if k == "cosine" else max(v, med)
+    same = [d for d in diffs if d.shape == golden.shape]
+    if len(same) >= 2:  # each d = one run - eager: twice eager's variance when their errors are independent
+        for metric, kind in SYSTEMATIC.items():
+            values[metric + NOISE_SUFFIX] = math.sqrt(sum(kind.signed(d, golden) ** 2 for d in same) / (2 * len(same)))
     g = golden.double()
     finite = g[torch.isfinite(g)]
     golden_rms = float(finite.pow(2).mean().sqrt()) if finite.numel() else 0.0

@@ -174,17 +174,43 @@ def _digits_lost(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: 
                                                                                     reference, ctx)
 
 
+def _finite_pair(diff: torch.Tensor, golden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    d, g = diff.double().reshape(-1), golden.double().reshape(-1).to(diff.device)
+    keep = torch.isfinite(d) & torch.isfinite(g)
+    return d[keep], g[keep]
+
+
+def _signed_slope(diff: torch.Tensor, golden: torch.Tensor) -> float:
+    d, g = _finite_pair(diff, golden)
+    den = float((g * g).sum())
+    return float((d * g).sum()) / den if den > 0 else 0.0
+
+
+def _signed_offset(diff: torch.Tensor, golden: torch.Tensor) -> float:
+    d, g = _finite_pair(diff, golden)
+    den = math.sqrt(d.numel() * float((g * g).sum()))
+    return float(d.sum()) / den if den > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Systematic:
     """An error that moves every element the same way, which the RMSE ratio weighs no more than noise: `metric`
     (>= 0) and its standard error per `unit` when the element errors are independent (`se`), the policy's ratio
-    and significance level (`Ratios` fields), and what a failure says it is."""
+    and significance level (`Ratios` fields), what a failure says it is, and `signed(diff, golden)`: the value's
+    signed change for a difference `diff` between two runs (eager's family measures its spread with it)."""
 
     se: str
     ratio: str
     alpha: str
     what: str
+    signed: Callable[[torch.Tensor, torch.Tensor], float]
     unit: Callable[[Judged], float] = lambda ctx: 1.0
+
+
+# A systematic value's spread over eager's randomised runs, in the family's metrics (compare/family.py): errors
+# that share a source (a row's mean rounded once, then subtracted from 8,192 elements) are few draws, not n, and
+# the standard error independent elements give is then ~sqrt(n / draws) too small; the measured one is not.
+NOISE_SUFFIX = "_noise"
 
 
 SYSTEMATIC = {
@@ -192,12 +218,12 @@ SYSTEMATIC = {
     # scale factor off by 1%, a truncating cast (an epsilon of 1e-2 for 1e-5 in bf16 reached 2.2x eager's RMSE
     # and passed that). Independent errors of RMSE s give |beta| a standard error of at most s sqrt(n) max|g| /
     # sum(g^2) (each element's weight is g / sum(g^2)): `scale_error_unit_se` times the largest |g|
-    "scale_error": Systematic("scale_error_unit_se", "scale", "scale_alpha", "a systematic scale",
+    "scale_error": Systematic("scale_error_unit_se", "scale", "scale_alpha", "a systematic scale", _signed_slope,
                               lambda ctx: ctx.abs_max),
     # the mean error over rms(golden): a constant added (a bias read twice, a shifted zero point), which has no
     # slope on a zero-mean golden (every element of a bf16 weight gradient +1% of its mean magnitude: RMSE 1.83x
     # eager's, 70 standard errors from zero). Independent errors give it sqrt(sum e^2 / n) / sqrt(n) / rms(g)
-    "offset_error": Systematic("offset_error_se", "offset", "offset_alpha", "a constant offset"),
+    "offset_error": Systematic("offset_error_se", "offset", "offset_alpha", "a constant offset", _signed_offset),
 }
 
 
@@ -205,7 +231,7 @@ def _systematic(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: J
     """Compiled's systematic error against the golden (`SYSTEMATIC`), against eager's: the excess over `ratio` x
     eager's must be significant against both sides' standard errors (alpha), and at least rtol / 10 (the floor
     the mean relative error has). Errors that share a source are not independent: a row failed here is judged
-    again against eager's randomised-rounding family (settle)."""
+    again against eager's randomised-rounding family (settle), whose runs measure the value's spread."""
     kind = SYSTEMATIC[check.metric]
     unit = kind.unit(ctx)
     if not unit or not math.isfinite(unit):
@@ -218,21 +244,24 @@ def _systematic(check: "RatioCheck", result: Metrics, reference: Metrics, ctx: J
     if ours <= bound or z <= NormalDist().inv_cdf(1 - getattr(ratios, kind.alpha)):
         return share, None
     return share, (f"{check.metric} {ours:.3g} vs eager {theirs:.3g} (limit {bound:.3g}, ratio "
-                   f"{getattr(ratios, kind.ratio):g}; {kind.what}, beyond the {se:.3g} that independent element "
-                   "errors give it)")
+                   f"{getattr(ratios, kind.ratio):g}; {kind.what}, beyond its standard error {se:.3g} from "
+                   "noise)")
 
 
 def systematic_excess(metric: str, result: Metrics, reference: Metrics, floor: float, unit: float,
                       ratios: Ratios) -> tuple[float, float, float]:
     """`_systematic`'s test: (the bound on compiled's value, the standard error of the two sides combined, the
-    excess over the bound in those standard errors). Eager's side counts only where its value, not the floor,
-    set the bound (benchmarks/scale_significance.py reads these)."""
+    excess over the bound in those standard errors). Each side's standard error is the larger of what independent
+    element errors give and, where eager's family measured it (`NOISE_SUFFIX`), eager's own spread (compiled's:
+    up to `ratio` times it, as its noise may be). Eager's side counts only where its value, not the floor, set
+    the bound (benchmarks/scale_significance.py reads these)."""
     kind = SYSTEMATIC[metric]
     ratio = getattr(ratios, kind.ratio)
     theirs = getattr(reference, metric)
     bound = ratio * max(theirs, floor)
-    theirs_se = ratio * getattr(reference, kind.se) if theirs >= floor else 0.0
-    ours_se, theirs_se = unit * getattr(result, kind.se), unit * theirs_se
+    noise = reference.values.get(metric + NOISE_SUFFIX, 0.0)
+    ours_se = max(unit * getattr(result, kind.se), ratio * noise)
+    theirs_se = ratio * max(unit * getattr(reference, kind.se), noise) if theirs >= floor else 0.0
     return bound, math.hypot(ours_se, theirs_se), _z_excess(getattr(result, metric), bound, ours_se, theirs_se)
 
 

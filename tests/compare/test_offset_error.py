@@ -92,3 +92,33 @@ def test_a_cores_signed_sum_agrees_to_rounding_of_its_bound_and_not_beyond(name)
         got = want.clone()
         got[:, col] += by
         assert rows_agree(got, want, 1e-9) is agree
+
+
+def _rows_shifted(g, per_row, seed, sigma=1e-7):
+    """fp32 runs whose error is one shared value per row (a row mean rounded once and subtracted) plus a little
+    independent noise."""
+    noise = sigma * torch.randn(g.shape, dtype=torch.float64, generator=_gen(seed))
+    return (g + per_row[:, None] + noise).float()
+
+
+def test_errors_shared_by_rows_are_few_draws_and_eagers_family_measures_them():
+    """Four rows of 8,192: the mean error is four draws. Compiled's row errors 2.4x eager's by chance fail the
+    formula for independent elements, and pass against eager's family, whose runs draw the row errors anew and
+    so measure the offset's real spread (the red team's centred-rows false FAIL, in numbers)."""
+    from fusecheck.compare.family import family_of
+    from fusecheck.policy import Policy
+
+    g = torch.randn(4, 8192, dtype=torch.float64, generator=_gen(0))
+    eager = _rows_shifted(g, torch.tensor([-2.2e-5, -2.4e-6, -6.6e-7, 2.2e-6], dtype=torch.float64), 1)
+    compiled = _rows_shifted(g, torch.tensor([8.7e-6, -2.4e-6, -3.1e-5, -2.8e-5], dtype=torch.float64), 2)
+    first = compare(compiled, eager, g)
+    assert [f.split(" ", 1)[0] for f in first.verdict.failed_checks] == ["offset_error"], first.verdict.message
+    runs = [_rows_shifted(g, 1.5e-5 * torch.randn(4, dtype=torch.float64, generator=_gen(10 + k)), 20 + k)
+            for k in range(8)]
+    family = family_of(first.reference_vs_golden, g, [(r.double() - eager.double()).float() for r in runs],
+                       Policy(), torch.float32)
+    assert family.metrics.offset_error_noise > 10 * first.reference_vs_golden.offset_error_se
+    again = compare(compiled, eager, g, reference_vs_golden=family.metrics)
+    assert again.verdict.passed, again.verdict.message
+    planted = _rows_shifted(g, torch.full((4,), 2e-4, dtype=torch.float64), 3)  # every row 10x eager's spread
+    assert not compare(planted, eager, g, reference_vs_golden=family.metrics).verdict.passed

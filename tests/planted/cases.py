@@ -697,3 +697,22 @@ class NormThenLinear(nn.Module):
 def norm_then_linear():
     torch.manual_seed(0)
     return (NormThenLinear(), (torch.randn(32, 256, requires_grad=True),))
+
+
+class CenteredWideRows(nn.Module):
+    """Rows of 8,192 values near 300, centred by their mean: the mean's one rounding (an ulp of 300 is 3e-5) is
+    subtracted from every element of its row, so the error's mean is four draws (one per row), not 32,768
+    (a red team's false FAIL of the offset check, 2026-12-07)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 8192)
+
+    def forward(self, x):
+        y = self.fc(x) + 300.0
+        return y - y.mean(-1, keepdim=True)
+
+
+def centered_wide_rows():
+    torch.manual_seed(0)
+    return (CenteredWideRows(), (torch.randn(4, 64),))
