@@ -113,6 +113,16 @@ def _flip_small(x: torch.Tensor, share: float) -> torch.Tensor:
     return torch.where(x.abs() < share * x.detach().abs().amax(), -x, x)
 
 
+def _offset(x: torch.Tensor, rel: float) -> torch.Tensor:
+    """x + rel * rms(x): a constant added to every element (a bias read twice, a zero point off), no slope."""
+    return x + rel * x.detach().float().pow(2).mean().sqrt().to(x.dtype)
+
+
+def _scale(x: torch.Tensor, rel: float) -> torch.Tensor:
+    """x * (1 + rel): every element too large by the same share (a wrong epsilon or scale factor)."""
+    return x * (1 + rel)
+
+
 FEW_REL = 2.0 ** -3  # few_wrong's relative error: 32 of bf16's half-ulps, far outside fp32's rounding
 
 
@@ -159,6 +169,9 @@ PLANTS = {  # name -> (transform(x, strength), strengths from weak to strong)
     # few-element plants, in the model's last Linear/Conv (its head: the output itself), gradients exact
     "few_wrong": (_few_wrong, [1, 2, 4, 8, 16]),
     "flip_few": (_flip_few, [1, 2, 4, 8, 16]),
+    # systematic plants: the same shift or share on every element of the middle layer's output
+    "offset": (_offset, [1e-4, 1e-3, 3e-3, 1e-2]),
+    "scale": (_scale, [1e-4, 1e-3, 3e-3, 1e-2]),
 }
 # plants that recompute the hooked Linear from its input: name -> (fn(module, x, out, strength), strengths)
 LINEAR_PLANTS = {"bf16_sum": (_bf16_sum, [2, 4, 8, 16, 32])}
@@ -170,10 +183,11 @@ EVERY_LAYER = "_all"
 PLANTS.update({k + EVERY_LAYER: v for k, v in PLANTS.items() if k == "round_bits"})
 LINEAR_PLANTS.update({k + EVERY_LAYER: v for k, v in LINEAR_PLANTS.items()})
 QUICK = {"round_bits": [18, 6], "perturb": [1e-6, 3e-6], "flip_small": [1e-3, 1e-2], "bf16_sum": [4, 16],
-         "round_bits_all": [6, 5, 4], "bf16_sum_all": [4, 16], "few_wrong": [1, 8], "flip_few": [1, 8]}
+         "round_bits_all": [6, 5, 4], "bf16_sum_all": [4, 16], "few_wrong": [1, 8], "flip_few": [1, 8],
+         "offset": [1e-3, 1e-2], "scale": [1e-3, 1e-2]}
 # the default power grid: dtype -> plants (issue 14's, plus the few-element plants in both dtypes)
-POWER_PLAN = {"fp32": ["round_bits", "perturb", "flip_small", "bf16_sum", "few_wrong", "flip_few"],
-              "bf16": ["round_bits_all", "bf16_sum_all", "flip_small", "few_wrong", "flip_few"]}
+POWER_PLAN = {"fp32": ["round_bits", "perturb", "flip_small", "bf16_sum", "few_wrong", "flip_few", "offset", "scale"],
+              "bf16": ["round_bits_all", "bf16_sum_all", "flip_small", "few_wrong", "flip_few", "offset", "scale"]}
 
 
 def _hookable(case, kind: str) -> list[torch.nn.Module]:

@@ -153,6 +153,14 @@ def test_the_few_element_plants_touch_the_elements_they_say():
         assert torch.equal(compiled(z, 8), fn(z, 8))
 
 
+def test_the_systematic_plants_shift_or_scale_every_element_alike():
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    rms = float(x.pow(2).mean().sqrt())
+    assert torch.allclose(vs._offset(x, 1e-2) - x, torch.full_like(x, 1e-2 * rms), atol=1e-6)
+    assert torch.allclose(vs._scale(x, 1e-2), x * 1.01)
+    assert {"offset", "scale"} <= set(vs.POWER_PLAN["fp32"]) & set(vs.POWER_PLAN["bf16"]) and {"offset", "scale"} <= set(vs.QUICK)
+
+
 def test_plants_hook_the_head_or_the_middle_layer():
     case, _ = fam.draw("llama", 0)
     layers = vs._hookable(case, "few_wrong")
