@@ -400,17 +400,20 @@ def _grad_offset(w):
     return _GradOffset.apply(w)
 
 
+def _through_first(gm, target, arg: int, fn):
+    """The first call of `target` in the graph reads its argument `arg` through `fn` (a backward-only plant)."""
+    node = next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is target)
+    with gm.graph.inserting_before(node):
+        wrapped = gm.graph.call_function(fn, (node.args[arg],))
+    node.args = (*node.args[:arg], wrapped, *node.args[arg + 1:])
+    gm.recompile()
+    return gm.forward
+
+
 def weight_grad_offset(gm, example_inputs):
     """The first linear layer's weight gradient shifted by 1% of its mean magnitude on every element (a fused
     backward whose accumulator starts from a stale value): under the RMSE ratio, no slope on the golden."""
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is torch._C._nn.linear:
-            with gm.graph.inserting_before(node):
-                shifted = gm.graph.call_function(_grad_offset, (node.args[1],))
-            node.args = (node.args[0], shifted, *node.args[2:])
-            break
-    gm.recompile()
-    return gm.forward
+    return _through_first(gm, torch._C._nn.linear, 1, _grad_offset)
 
 
 class _OneElementOff(torch.autograd.Function):
@@ -436,11 +439,4 @@ def _one_element_off(x):
 def norm_input_grad_element_off(gm, example_inputs):
     """One element of the gradient into the first layer norm 20% off (a fused norm backward that reads one stale
     partial sum): a lone element where eager's own noise is ~1-2%, the hardest case for a per-element band."""
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is torch.nn.functional.layer_norm:
-            with gm.graph.inserting_before(node):
-                shifted = gm.graph.call_function(_one_element_off, (node.args[0],))
-            node.args = (shifted, *node.args[1:])
-            break
-    gm.recompile()
-    return gm.forward
+    return _through_first(gm, torch.nn.functional.layer_norm, 0, _one_element_off)
