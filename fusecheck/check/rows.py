@@ -27,7 +27,7 @@ from fusecheck.policy import Policy
 # whose elements all carry one attention-backward scalar's relative error: 16 eager-like runs put the mean
 # at 2.4e-6 to 1.4e-4, so a ratio of 2 to their median of 5e-5 is no evidence); RMSE, an absolute average,
 # stays with the family
-PER_ELEMENT_CHECKS = ("max_rel", "small_value_max_abs", "digits_lost", "mean_rel")
+PER_ELEMENT_CHECKS = ("max_rel", "max_abs", "small_value_max_abs", "digits_lost", "mean_rel")
 
 
 def per_element_only(v: Verdict) -> bool:

@@ -158,6 +158,19 @@ def test_an_offset_from_row_errors_that_share_a_source_is_settled_by_eagers_fami
     assert "offset_error" in r.rows[0].verdict.message and "eager's family" in r.rows[0].verdict.message
 
 
+def test_the_largest_element_of_a_wide_gradient_wrong_fails_on_max_abs_and_the_noise_band():
+    """A bf16 weight gradient of 262,144 elements whose largest (-8.125, alone in its octave) is 30% off: 78x eager's
+    largest error, under every aggregate check and the per-octave chance limit (a red team's false PASS). The largest
+    error against eager's flags it, the element's noise band confirms it; the correct compile passes."""
+    target = "tests/planted/cases.py:wide_mlp"
+    r = check(target, backend=PLANTED + "largest_weight_grad_element_off", dtype="bf16", train=True)
+    failed = [row for row in r.rows if not row.verdict.passed]
+    assert r.exit_code == 1 and [row.name for row in failed] == ["grad.fc1.weight"], [row.name for row in failed]
+    assert [f.split(" ", 1)[0] for f in failed[0].verdict.failed_checks] == ["max_abs"], failed[0].verdict.message
+    assert "beyond eager's noise band" in failed[0].verdict.message
+    assert check(target, dtype="bf16", train=True).exit_code == 0
+
+
 def test_an_offset_within_the_tolerance_of_eager_passes_and_says_the_golden_check_would_fail():
     """2e-3 added after a bf16 layer norm: within atol (5e-3) of eager everywhere, so the policy's tolerance
     decides (PASS), and the message names the offset the golden check found: honest, never silent."""

@@ -112,8 +112,8 @@ def test_margins_are_reported_and_json_rows_stay_compact():
     eager = g.to(torch.bfloat16)
     compiled = (g * (1 + 1e-3)).to(torch.bfloat16)
     c = compare(compiled, eager, g)
-    assert set(c.verdict.margins) == {"rmse", "mean_rel", "max_rel", "small_value_errors", "small_value_max_abs",
-                                      "digits_lost", "scale_error", "offset_error"}
+    assert set(c.verdict.margins) == {"rmse", "mean_rel", "max_rel", "max_abs", "small_value_errors",
+                                      "small_value_max_abs", "digits_lost", "scale_error", "offset_error"}
     row = c.to_dict()
     assert not any(k.startswith("octave_") for k in row["vs_golden"])
     assert row["verdict"]["margins"] == c.verdict.margins

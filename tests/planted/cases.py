@@ -716,3 +716,20 @@ class CenteredWideRows(nn.Module):
 def centered_wide_rows():
     torch.manual_seed(0)
     return (CenteredWideRows(), (torch.randn(4, 64),))
+
+
+class WideMLP(nn.Module):
+    """Linear 256 -> 1024, GELU, Linear 1024 -> 256: weight gradients of 262,144 elements, whose largest is alone in
+    its octave of |golden| (one wrong element there barely moves the RMSE)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(256, 1024), nn.Linear(1024, 256)
+
+    def forward(self, x):
+        return self.fc2(nn.functional.gelu(self.fc1(x)))
+
+
+def wide_mlp():
+    torch.manual_seed(0)
+    return (WideMLP(), (torch.randn(64, 256),))
