@@ -7,8 +7,8 @@ Formula (per output; docs/verdict.md compares it with torch's `same(fp64_ref)` a
   4. every element within atol + rtol*|ref| of the reference (policy tolerance)    -> PASS within_tolerance
   5. with a golden: for every registered ratio check,
         err(result, golden) <= ratio * max(err(reference, golden), floor)
-     (ratios from the policy: RMSE 2 (3 below 1000 elements, as torch.same), MeanRel 2, MaxRel 10,
-     small-value errors 2, small-value MaxAbs 10; floors atol/10, rtol/10, rtol, one element and
+     (ratios from the policy: RMSE 2 (3 below 1000 elements, as torch.same), MeanRel 2, MaxRel 10, MaxAbs 10,
+     small-value errors 2, small-value MaxAbs 10; floors atol/10, rtol/10, rtol, atol, one element and
      max(atol, eager's RMSE); MaxRel is judged per octave of |golden| and must also exceed what chance
      gives at that octave's element count (compare/octaves.py), so one cancellation element cannot decide;
      the small-value error count and
