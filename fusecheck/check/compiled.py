@@ -18,7 +18,7 @@ from fusecheck.case import Case
 from fusecheck.check.eager import EagerRuns, rerun
 from fusecheck.check.options import MIN_CALLS
 from fusecheck.check.pipeline import Pipeline
-from fusecheck.check.rolled import CALL, RolledScreen, RolledStats, ignoring_inputs
+from fusecheck.check.rolled import CALL, Ignoring, RolledScreen, RolledStats, ignoring_inputs
 from fusecheck.check.rolled_choices import RolledChoices, judge_kept, recorded
 from fusecheck.golden.choices.follow import Recorder
 from fusecheck.golden.choices.ops import SELECTING_TAPS
@@ -48,7 +48,7 @@ class CompiledRuns:
     again_call: dict[str, str] = field(default_factory=dict)
     # results whose compiled call on other inputs repeated the first call's bits while eager's moved beyond
     # tolerance, with the evidence (rows.py fails them)
-    ignores_inputs: dict[str, str] = field(default_factory=dict)
+    ignores_inputs: dict[str, Ignoring] = field(default_factory=dict)
     # the compiled call on other inputs against eager's on the same inputs (rows.py judges it: check/rolled.py)
     rolled: dict[str, RolledStats] = field(default_factory=dict)
 

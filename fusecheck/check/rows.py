@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusecheck.check.rolled import RolledDoubt, RolledStats, judge_rolled, rolled_doubt
+from fusecheck.check.rolled import Ignoring, RolledDoubt, RolledStats, judge_rolled, rolled_doubt, within_eager_noise
 from fusecheck.compare import Comparison, Metrics, Status, Verdict, compare, input_error
 from fusecheck.compare.metrics import bitwise_equal
 from fusecheck.policy import Policy
@@ -85,7 +85,7 @@ class RowJudge:
     eager_again: dict[str, torch.Tensor] = field(default_factory=dict)
     compiled_again: dict[str, torch.Tensor] = field(default_factory=dict)
     again_call: dict[str, str] = field(default_factory=dict)   # which call a re-run was, if not the second
-    ignores_inputs: dict[str, str] = field(default_factory=dict)  # compiled/ignores_inputs: failed with this
+    ignores_inputs: dict[str, Ignoring] = field(default_factory=dict)  # compiled/ignores_inputs: failed with this
     rolled: dict[str, RolledStats] = field(default_factory=dict)  # the call on other inputs (check/rolled.py)
     rolled_doubts: dict[str, RolledDoubt] = field(default_factory=dict)  # its FAILs, to settle (rolled.py)
     rows: dict[str, Comparison] = field(default_factory=dict)
@@ -151,10 +151,16 @@ class RowJudge:
         if row.vs_reference is not None and name in self.compiled_noisy:
             row = self._judge_second_run(row, name, c1, e1, g, ref_g, exact, noisy, judged)
         self._doubt(name, judged, e1, g)
-        if name in self.ignores_inputs and row.passed:
-            # a row that already fails keeps its own finding (a dtype, shape or device mismatch says more)
-            row.verdict = Verdict(Status.FAIL, "ignores_inputs", self.ignores_inputs[name])
-        elif name in self.rolled:
+        # a row that already fails keeps its own finding (a dtype, shape or device mismatch says more)
+        ignoring = self.ignores_inputs.get(name) if row.passed else None
+        if ignoring is not None and not within_eager_noise(ignoring, row.reference_vs_golden, self.policy):
+            row.verdict = Verdict(Status.FAIL, "ignores_inputs", ignoring.message)
+            return row
+        if ignoring is not None:
+            row.notes.append(f"compiled gave the first call's bits on the rolled inputs, where eager moved by up to "
+                             f"{ignoring.move:.3g}: within the RMSE check's ratio times its own largest error against "
+                             "the golden, no evidence that the result should have changed")
+        if name in self.rolled:
             doubt = rolled_doubt(row, self.rolled[name], c1, e1, self.policy)
             failed = judge_rolled(doubt, self.policy) if doubt is not None else None
             if failed is not None:

@@ -442,6 +442,21 @@ def test_an_unchanged_result_closer_to_eager_s_first_call_is_named_and_one_close
     assert list(ignoring_inputs(Policy(), tiny, moved, {"output"}, {"output": stale_tiny})) == ["output"]
 
 
+def test_an_unchanged_result_where_eager_moved_only_within_its_own_error_is_not_named():
+    """Eager's move between the calls within twice its largest error against the golden (a sum the roll only
+    reorders: the exact result need not change) is no evidence of a cache; beyond it, it is."""
+    from types import SimpleNamespace
+
+    from fusecheck.check.rolled import Ignoring, within_eager_noise
+    from fusecheck.policy import Policy
+    eager_error = SimpleNamespace(max_abs=0.03, numel=4096)
+    assert within_eager_noise(Ignoring("", 0.05), eager_error, Policy())
+    assert not within_eager_noise(Ignoring("", 0.07), eager_error, Policy())  # ratio 2 from 1000 elements
+    assert within_eager_noise(Ignoring("", 0.07), SimpleNamespace(max_abs=0.03, numel=8), Policy())  # 3 below
+    assert not within_eager_noise(Ignoring("", 0.5), eager_error, Policy())
+    assert not within_eager_noise(Ignoring("", 0.05), None, Policy())  # no golden: the move decides, as before
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", PLANTED + "first_call_outputs"])
 def test_a_result_the_roll_does_not_change_is_not_named(backend):
     """amax over the rolled dimension is the same bits on both inputs, a sum moves by rounding only: a cache
