@@ -425,36 +425,26 @@ def _times_at(grad, rank: float, factor: float):
     return grad
 
 
-class _OneElementOff(torch.autograd.Function):
-    """Identity forward; the backward makes one element of the gradient (its median-magnitude one) 20% large."""
+class _ElementOff(torch.autograd.Function):
+    """Identity forward; the backward makes one element of the gradient (the one at `rank` of the magnitudes'
+    order) `factor` times its value."""
 
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, rank, factor):
+        ctx.rank, ctx.factor = rank, factor
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return _times_at(grad, 0.5, 1.2)
-
-
-class _LargestOff(torch.autograd.Function):
-    """Identity forward; the backward makes the gradient's largest element 30% large."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _times_at(grad, 1.0, 1.3)
+        return _times_at(grad, ctx.rank, ctx.factor), None, None
 
 
 def _one_element_off(x):
-    return _OneElementOff.apply(x)
+    return _ElementOff.apply(x, 0.5, 1.2)  # the median-magnitude element 20% large
 
 
 def _largest_off(x):
-    return _LargestOff.apply(x)
+    return _ElementOff.apply(x, 1.0, 1.3)  # the largest element 30% large
 
 
 def largest_weight_grad_element_off(gm, example_inputs):
