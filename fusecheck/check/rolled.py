@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from fusecheck.compare import Comparison, Status, Verdict, compare
+from fusecheck.compare.family import rmse_ratio
 from fusecheck.compare.scale import applied_thresholds
 from fusecheck.compare.verdict import _count_significantly_worse
 from fusecheck.policy import Policy
@@ -231,11 +232,7 @@ def within_eager_noise(ignoring: Ignoring, eager_error, policy: Policy) -> bool:
     eager's errors span that much with the exact result unchanged (a sum the roll only reorders, its cancellation
     deciding eager's last bits: MobileNetV2 batch-norm gradients of 8 elements, bf16 --train, moved on 1 of 8), so
     unchanged bits are no evidence of a cache."""
-    if eager_error is None:
-        return False
-    r = policy.ratios
-    ratio = r.small_tensor_rmse if eager_error.numel < r.small_tensor_numel else r.rmse
-    return ignoring.move <= ratio * eager_error.max_abs
+    return eager_error is not None and ignoring.move <= rmse_ratio(policy, eager_error.numel) * eager_error.max_abs
 
 
 def ignoring_inputs(policy: Policy, eager_first: dict, eager_rolled: dict, unchanged: set[str],

@@ -37,6 +37,7 @@ finally:
         os.environ["TRITON_INTERPRET"] = _env
 
 from fusecheck.compare import cores, host, scale  # noqa: E402
+from fusecheck.compare.accumulators import COLUMNS  # noqa: E402
 from fusecheck.compare.cores import torch_core, triton_core  # noqa: E402
 from fusecheck.compare.metrics import ACCUMULATORS, multi_pair_metrics, octave_base, ulp_format  # noqa: E402
 from tests import compare_reference as old  # noqa: E402
@@ -279,7 +280,7 @@ def test_the_self_check_tolerates_rounding_of_a_cancelling_dot_and_catches_a_rea
     fp, ip = _params(torch.float64, 2.0 ** -20, 1e-5)
     args = (tensors, pairs, triton_core._fconsts(fp, DEVICE), tuple(ip.tolist()), fp, ip)  # _agrees' arguments
     real = triton_core._raw_partials
-    dot = triton_core._column("dot")
+    dot = COLUMNS.index("dot")
 
     def shifted(by):
         def partials(*a):
@@ -307,7 +308,7 @@ def test_a_kernel_wrong_only_on_nan_is_caught_before_nan_data_arrives(monkeypatc
     # planted bug on a path the user's first data never takes: NaN counted wrong. The first call's data has
     # no NaN; the fixed specimen checked with it does
     real = triton_core._raw_partials
-    col = triton_core._column("b_nan")
+    col = COLUMNS.index("b_nan")
 
     def nan_bug(raws, *a):
         out = real(raws, *a)

@@ -110,8 +110,8 @@ def _store_fast(c, ordinary, s, t, hist, omax, tsq_a, tsq_b, cnt_ptr, sum_ptr, m
     """This program's partials of one pair, in partials_kernel's layout (_store_pair)."""
     c = (c[0] + ordinary,) + c[1:]  # every lane of an ordinary tile is finite in both: n_finite, no NaN mismatch
     zf = tl.zeros_like(s[0])  # the records as lanes: their maximum over lanes is themselves
-    _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4], s[5]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]), hist,
-                omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j, NC, OB, WI, WF)
+    _store_pair(c, (s[0], s[1], s[2], s[3], tsq_a, tsq_b, s[4], s[5]), (zf + t[0], zf + t[1], zf + t[2], zf + t[3]),
+                hist, omax, cnt_ptr, sum_ptr, max_ptr, hist_ptr, omax_ptr, pid, j, NC, OB, WI, WF)
 
 
 @triton.jit
